@@ -1,0 +1,50 @@
+# The two commands of the README:
+#   make book   set up .venv if missing or stale, then build the HTML book into _build/html
+#   make test   same set-up, then lint, unit tests, strict nbval over every chapter, strict build
+# Everything else here is a helper of those two.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+# The Multi30k copy the training chapter reads; unset means "download into the user cache".
+export MULTI30K_DIR ?=
+
+.PHONY: book test lint unit nbval build execute clean
+
+# A venv is stale when requirements.txt or pyproject.toml is newer than its stamp.
+$(STAMP): requirements.txt pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -r requirements.txt
+	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
+	touch $(STAMP)
+
+book: $(STAMP) build
+
+# -W: Sphinx warnings are errors; --keep-going: report all of them before failing.
+build: $(STAMP)
+	$(BIN)/jupyter-book build . -W -n --keep-going --all
+	@echo "Book built: open _build/html/index.html"
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/python tools/check_notebooks.py
+
+unit: $(STAMP)
+	$(BIN)/python -m pytest tests -q
+
+# Strict nbval: stored text outputs compared; only what nbval_sanitize.cfg rewrites is forgiven.
+nbval: $(STAMP)
+	$(BIN)/python -m pytest --nbval --nbval-current-env --sanitize-with nbval_sanitize.cfg \
+		-p no:cacheprovider -q chapters
+
+test: lint unit nbval build
+
+# Re-execute notebooks in place (after editing a chapter): make execute NB=chapters/01_rnn_limitations.ipynb
+NB ?= chapters/*.ipynb
+execute: $(STAMP)
+	$(BIN)/python tools/execute_notebooks.py $(NB)
+
+clean:
+	rm -rf _build

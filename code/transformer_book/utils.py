@@ -1,0 +1,53 @@
+"""Small helpers every chapter uses: seeding, device choice, naming the hardware."""
+
+from __future__ import annotations
+
+import os
+import platform
+import random
+
+import numpy as np
+import torch
+
+
+def set_seed(seed: int = 0) -> None:
+    """Seed Python, NumPy and PyTorch (all devices) so a chapter reruns identically."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)  # also seeds every CUDA device
+
+
+def get_device(prefer: str | None = None) -> torch.device:
+    """The device to train on: ``prefer`` if given, else CUDA when available, else CPU.
+
+    The environment variable ``TRANSFORMER_BOOK_DEVICE`` (``cpu``, ``cuda``, ``mps``) overrides
+    the automatic choice, e.g. to force a CPU run on a GPU machine.
+    """
+    choice = prefer or os.environ.get("TRANSFORMER_BOOK_DEVICE")
+    if choice:
+        device = torch.device(choice)
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise RuntimeError(
+                f"device {choice!r} was requested but CUDA is not available; "
+                "unset TRANSFORMER_BOOK_DEVICE or choose 'cpu'"
+            )
+        return device
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def describe_hardware(device: torch.device | str | None = None) -> str:
+    """One line naming the hardware a number was measured on, for printing beside results."""
+    device = torch.device(device) if device is not None else get_device()
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        return f"{props.name} ({props.total_memory / 2**30:.0f} GiB), torch {torch.__version__}"
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return f"CPU: {cpu}, {torch.get_num_threads()} threads, torch {torch.__version__}"
