@@ -1,0 +1,296 @@
+"""Multi30k task 1 (German-English image descriptions): the data the book trains on.
+
+The paper trains on WMT 2014 (4.5M sentence pairs, Sec. 5.1); a book that must train on a laptop
+uses Multi30k task 1 instead (Elliott et al., 2016): 29,000 training pairs, 1,014 validation
+pairs and the 1,000 pairs of the 2016 Flickr test set.
+
+Where the files come from, in this order:
+
+1. a local folder, given as ``data_dir`` or in the environment variable ``MULTI30K_DIR``;
+2. otherwise the user cache (``~/.cache/transformer_book/multi30k`` on Linux, or the folder in
+   ``TRANSFORMER_BOOK_CACHE``), filled on first use by downloading the gzipped files from a
+   pinned commit of https://github.com/multi30k/dataset.
+
+Either way every file is checked against the SHA-256 sums embedded below before a single line
+is read. Downloads go through :func:`pooch.retrieve`, which streams into a temporary file in
+the cache folder, checks the hash, and only then moves the file into place; an interrupted or
+corrupted download therefore never leaves a file that looks complete.
+
+Lines are kept *raw*: only the ``"\\n"`` that ends each line is removed. The data has a few
+quirks (trailing spaces, double spaces, one TAB, no-break spaces, ``&amp;`` entities; see
+``shared/data/multi30k/README.md``). We keep them on purpose: the references that BLEU scores
+against must be the unmodified files, and the tokenizer normalises whitespace on its own
+(see :mod:`transformer_book.tokenizer`).
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import os
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+#: Pinned commit of https://github.com/multi30k/dataset; the raw files have not changed since 2020.
+MULTI30K_COMMIT = "a3d2e0d26b56f3846f66a952536ffed4e401d05a"
+#: Where the gzipped files of task 1 are served; ``<file>`` is e.g. ``train.de.gz``.
+MULTI30K_URL = (
+    f"https://raw.githubusercontent.com/multi30k/dataset/{MULTI30K_COMMIT}/data/task1/raw/{{file}}"
+)
+
+#: SHA-256 of every gzipped file (copied from shared/data/multi30k/SHA256SUMS).
+MULTI30K_SHA256 = {
+    "train.de.gz": "726e39b2fa9eb9ffb6dc763fb35a179f80fae06ffc5d28b6ace5faa883de28a6",
+    "train.en.gz": "d79cfa999dd4c51d2cb42499b6796d5a882c3a8a961923c25a898c90f8bbd56f",
+    "val.de.gz": "f0cba2f995189cf5770f29a8a9a537a3ad3f51657ad873405082ff6863a5e75a",
+    "val.en.gz": "14f7d25ddd868909a9213e361768460edcacdd6ab9d1e77b92560dc10c10dc28",
+    "test_2016_flickr.de.gz": "9204244e408ccb38d2a55cfcd344df15005fc42a07a6e55ca6c52b6ababb8cc8",
+    "test_2016_flickr.en.gz": "611d361c6334bc7246101d48097c13cf5c4413c5befc793cc629934359d532d9",
+    "test_2017_flickr.de.gz": "a2c89666db00c495cd8513b9d708d5a3acc205d7de312ef2bf5fb7ebc1540aee",
+    "test_2017_flickr.en.gz": "76a444ee25172e72695cddb13ae4a3bda59430617be88e0bb46b60504f054074",
+    "test_2018_flickr.de.gz": "ddd0130c7d97482dc5197a02141dae8dd79f20f03586c480d675c09a32daf608",
+    "test_2018_flickr.en.gz": "ef4f4844037d4c5dea75c9a8ed5fd78905967a26f67c255e230cc9780032654d",
+    "test_2017_mscoco.de.gz": "799e4854c25d601cb6cb6be29eabe5667734c61ace2f495e03e429031a0bc338",
+    "test_2017_mscoco.en.gz": "aab300bfb4427697987e02cd0aacd44bfe8aa50456231b6474c08038bbed2b58",
+}
+
+#: Number of sentence pairs in each split (checked when a split is read).
+MULTI30K_SIZES = {
+    "train": 29000,
+    "val": 1014,
+    "test_2016_flickr": 1000,
+    "test_2017_flickr": 1000,
+    "test_2018_flickr": 1071,
+    "test_2017_mscoco": 461,
+}
+
+LANGUAGES = ("de", "en")
+ENV_DATA_DIR = "MULTI30K_DIR"
+ENV_CACHE_DIR = "TRANSFORMER_BOOK_CACHE"
+
+#: A pooch downloader: ``downloader(url, output_file, pooch)`` writes the file at ``url``.
+Downloader = Callable[..., None]
+
+
+class Multi30kError(RuntimeError):
+    """Base class of the errors raised while locating or reading Multi30k."""
+
+
+class Multi30kMissingError(Multi30kError, FileNotFoundError):
+    """A file is not in the local folder, or cannot be downloaded (offline)."""
+
+
+class Multi30kChecksumError(Multi30kError, ValueError):
+    """A file's SHA-256 differs from the pinned one (corrupted, truncated or a different version)."""
+
+
+@dataclass(frozen=True)
+class ParallelCorpus:
+    """One split of Multi30k: ``src[i]`` translates to ``tgt[i]``.
+
+    Attributes:
+        name: split name, e.g. ``"train"`` or ``"test_2016_flickr"``.
+        src_lang, tgt_lang: language codes, ``"de"`` and ``"en"`` for the book's direction.
+        src, tgt: the raw lines (only the final ``"\\n"`` removed), same length.
+    """
+
+    name: str
+    src_lang: str
+    tgt_lang: str
+    src: list[str]
+    tgt: list[str]
+
+    def __len__(self) -> int:
+        return len(self.src)
+
+    def __getitem__(self, i: int) -> tuple[str, str]:
+        return self.src[i], self.tgt[i]
+
+    def __iter__(self) -> Iterator[tuple[str, str]]:
+        return zip(self.src, self.tgt, strict=True)
+
+    def __repr__(self) -> str:  # the default would print 29,000 sentences
+        return (
+            f"ParallelCorpus(name={self.name!r}, {self.src_lang}->{self.tgt_lang}, "
+            f"{len(self)} pairs)"
+        )
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    """SHA-256 of a file's bytes, as lowercase hex."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def default_cache_dir() -> Path:
+    """The folder downloads go to: ``$TRANSFORMER_BOOK_CACHE/multi30k`` or the OS user cache."""
+    root = os.environ.get(ENV_CACHE_DIR)
+    if root:
+        return Path(root).expanduser() / "multi30k"
+    import pooch  # imported lazily: reading a local copy does not need it
+
+    return Path(pooch.os_cache("transformer_book")) / "multi30k"
+
+
+def _how_to_supply(filename: str) -> str:
+    url = MULTI30K_URL.format(file=filename)
+    return (
+        f"To use a local copy, download the Multi30k task-1 files by hand (e.g. {url}) into a "
+        f"folder and pass it as data_dir= or set the environment variable {ENV_DATA_DIR} to it "
+        f"(e.g. `export {ENV_DATA_DIR}=/path/to/multi30k`)."
+    )
+
+
+def _check_filename(filename: str) -> str:
+    if filename not in MULTI30K_SHA256:
+        raise ValueError(
+            f"unknown Multi30k file {filename!r}; expected one of {sorted(MULTI30K_SHA256)}"
+        )
+    return MULTI30K_SHA256[filename]
+
+
+def _verify(path: Path, expected: str) -> None:
+    actual = sha256_file(path)
+    if actual != expected:
+        raise Multi30kChecksumError(
+            f"{path} has the wrong SHA-256 checksum: expected {expected}, got {actual}. The file "
+            "is corrupted, truncated or a different version of Multi30k; replace it with the "
+            f"file from {MULTI30K_URL.format(file=path.name)} (or delete it to download again)."
+        )
+
+
+def _download(filename: str, cache_dir: Path, downloader: Downloader | None) -> Path:
+    """Fetch one file into ``cache_dir`` with pooch (temp file, hash check, atomic move)."""
+    import pooch  # lazy: only downloads need it
+    import requests
+
+    expected = MULTI30K_SHA256[filename]
+    url = MULTI30K_URL.format(file=filename)
+    if downloader is None:
+        downloader = pooch.HTTPDownloader(progressbar=True, timeout=30)
+    try:
+        path = pooch.retrieve(
+            url,
+            known_hash=f"sha256:{expected}",
+            fname=filename,
+            path=cache_dir,
+            downloader=downloader,
+        )
+    except ValueError as err:
+        # pooch has already deleted the temporary file; say which file and which hashes.
+        match = re.search(r"but got ([0-9a-f]{64})", str(err))
+        actual = match.group(1) if match else "a different hash"
+        raise Multi30kChecksumError(
+            f"downloaded {filename} from {url} has the wrong SHA-256 checksum: expected "
+            f"{expected}, got {actual}. The partial download was deleted; nothing was cached. "
+            "Try again. " + _how_to_supply(filename)
+        ) from err
+    except (requests.exceptions.RequestException, OSError) as err:
+        raise Multi30kMissingError(
+            f"could not download {filename} from {url} ({type(err).__name__}). "
+            "Are you offline? " + _how_to_supply(filename)
+        ) from err
+    return Path(path)
+
+
+def multi30k_file(
+    filename: str,
+    data_dir: str | os.PathLike | None = None,
+    *,
+    cache_dir: str | os.PathLike | None = None,
+    downloader: Downloader | None = None,
+) -> Path:
+    """Path of one verified Multi30k file, downloading it into the cache if needed.
+
+    Args:
+        filename: a file of task 1, e.g. ``"train.de.gz"`` (see ``MULTI30K_SHA256``).
+        data_dir: folder holding a local copy. Defaults to ``$MULTI30K_DIR``; when neither is
+            set the file comes from (or is downloaded into) ``cache_dir``.
+        cache_dir: download cache; defaults to :func:`default_cache_dir`.
+        downloader: a pooch downloader (tests pass a fake one; default: HTTPS with a progress bar).
+
+    Returns:
+        The path of a file whose SHA-256 matches the pinned one.
+
+    Raises:
+        Multi30kMissingError: the file is not in ``data_dir``, or it cannot be downloaded.
+        Multi30kChecksumError: the local or downloaded file has the wrong checksum.
+    """
+    expected = _check_filename(filename)
+    if data_dir is None:
+        data_dir = os.environ.get(ENV_DATA_DIR) or None
+    if data_dir is not None:
+        folder = Path(data_dir).expanduser()
+        if not folder.is_dir():
+            raise Multi30kMissingError(
+                f"Multi30k folder {folder} does not exist (given as data_dir or ${ENV_DATA_DIR}). "
+                + _how_to_supply(filename)
+            )
+        path = folder / filename
+        if not path.is_file():
+            raise Multi30kMissingError(
+                f"{filename} is missing from the Multi30k folder {folder}. " + _how_to_supply(filename)
+            )
+        _verify(path, expected)
+        return path
+    cache = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+    return _download(filename, cache, downloader)
+
+
+def read_lines(path: str | os.PathLike) -> list[str]:
+    """The lines of a gzipped UTF-8 text file, each without its final ``"\\n"`` (nothing else
+    is stripped: trailing spaces, tabs and no-break spaces are kept)."""
+    with gzip.open(path, "rt", encoding="utf-8", newline="") as f:
+        text = f.read()
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()  # the file ends with "\n": no empty last line
+    return lines
+
+
+def load_multi30k(
+    split: str = "train",
+    data_dir: str | os.PathLike | None = None,
+    *,
+    src_lang: str = "de",
+    tgt_lang: str = "en",
+    cache_dir: str | os.PathLike | None = None,
+    downloader: Downloader | None = None,
+) -> ParallelCorpus:
+    """Load one split of Multi30k task 1 as raw sentence pairs (German -> English by default).
+
+    Args:
+        split: ``"train"`` (29,000 pairs), ``"val"`` (1,014), ``"test_2016_flickr"`` (1,000),
+            or one of the later test sets in ``MULTI30K_SIZES``.
+        data_dir: folder with the gzipped files; defaults to ``$MULTI30K_DIR``, else the cache.
+        src_lang, tgt_lang: ``"de"`` and ``"en"`` in either order.
+        cache_dir, downloader: see :func:`multi30k_file`.
+
+    Returns:
+        A :class:`ParallelCorpus` whose ``src``/``tgt`` hold the raw lines.
+
+    Raises:
+        ValueError: unknown split or language.
+        Multi30kMissingError, Multi30kChecksumError: see :func:`multi30k_file`.
+        Multi30kError: the two sides have different or unexpected numbers of lines.
+    """
+    if split not in MULTI30K_SIZES:
+        raise ValueError(f"unknown Multi30k split {split!r}; expected one of {list(MULTI30K_SIZES)}")
+    if {src_lang, tgt_lang} != set(LANGUAGES):
+        raise ValueError(f"src_lang/tgt_lang must be 'de' and 'en' (in either order), got "
+                         f"{src_lang!r}/{tgt_lang!r}")
+    sides = {}
+    for lang in (src_lang, tgt_lang):
+        filename = f"{split}.{lang}.gz"
+        path = multi30k_file(filename, data_dir, cache_dir=cache_dir, downloader=downloader)
+        sides[lang] = read_lines(path)
+        if len(sides[lang]) != MULTI30K_SIZES[split]:
+            raise Multi30kError(
+                f"{path} has {len(sides[lang])} lines, expected {MULTI30K_SIZES[split]}"
+            )
+    return ParallelCorpus(split, src_lang, tgt_lang, sides[src_lang], sides[tgt_lang])
