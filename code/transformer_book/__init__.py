@@ -2,7 +2,25 @@
 cell by cell". Each module holds one concept of the paper; chapters build each piece in the open,
 check it against the version here, and import it from here afterwards."""
 
+from transformer_book.attention import (
+    KVCache,
+    MultiHeadAttention,
+    fast_scaled_dot_product_attention,
+    scaled_dot_product_attention,
+)
+from transformer_book.masks import causal_mask, check_mask, padding_mask
 from transformer_book.utils import describe_hardware, get_device, set_seed
 
-__all__ = ["describe_hardware", "get_device", "set_seed"]
+__all__ = [
+    "KVCache",
+    "MultiHeadAttention",
+    "causal_mask",
+    "check_mask",
+    "describe_hardware",
+    "fast_scaled_dot_product_attention",
+    "get_device",
+    "padding_mask",
+    "scaled_dot_product_attention",
+    "set_seed",
+]
 __version__ = "0.1.0"

@@ -1,0 +1,305 @@
+"""Sec. 3.2: scaled dot-product attention (Eq. 1) and multi-head attention.
+
+Two paths compute the same thing:
+
+* :func:`scaled_dot_product_attention` is written from the formula and returns the attention
+  weights; it is what the chapters teach and what visualisations use.
+* ``torch.nn.functional.scaled_dot_product_attention`` (fused kernels, no weights) is the fast
+  path :class:`MultiHeadAttention` takes when ``need_weights=False``.
+
+Mask convention: boolean, ``True`` = may attend, broadcastable to (B, H, L, S) (see
+:mod:`transformer_book.masks`).
+
+Fully masked rows: a query whose keys are *all* masked has nothing to attend to. Softmax over a
+row of equal very negative scores would give uniform weights (a silent average of the values),
+and ``-inf`` would give NaN. Both paths here instead return **zero weights and a zero output**
+for such a row, and no NaN in the gradients either.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from transformer_book.masks import check_mask_shape
+
+
+def _check_qkv(q: Tensor, k: Tensor, v: Tensor) -> tuple[int, ...]:
+    """Validate q, k, v of shapes (..., L, Dk), (..., S, Dk), (..., S, Dv); return the score shape."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if not t.is_floating_point():
+            raise TypeError(f"{name} must be a floating-point tensor, got dtype {t.dtype}")
+        if t.dim() < 2:
+            raise ValueError(
+                f"{name} must have at least 2 dimensions (..., len, dim), got {tuple(t.shape)}"
+            )
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(
+            f"q and k must have the same last dimension Dk, got {q.shape[-1]} and {k.shape[-1]}"
+        )
+    if k.shape[-2] != v.shape[-2]:
+        raise ValueError(
+            f"k and v must have the same length S, got {k.shape[-2]} and {v.shape[-2]}"
+        )
+    try:
+        batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    except RuntimeError as err:
+        raise ValueError(
+            f"leading (batch, head) dimensions of q {tuple(q.shape)}, k {tuple(k.shape)}, "
+            f"v {tuple(v.shape)} do not broadcast"
+        ) from err
+    return (*batch, q.shape[-2], k.shape[-2])  # (B, H, L, S)
+
+
+def scaled_dot_product_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    attn_mask: Tensor | None = None,
+    dropout_p: float = 0.0,
+    *,
+    scale: float | None = None,
+) -> tuple[Tensor, Tensor]:
+    """Eq. (1), Sec. 3.2.1: Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V, from scratch.
+
+    Masked scores are filled with ``torch.finfo(dtype).min`` (not ``-1e9``, which overflows in
+    float16, nor ``-inf``, which gives NaN on fully masked rows); the softmax runs in float32 and
+    is cast back to the input dtype. A fully masked row yields zero weights and a zero output.
+
+    Args:
+        q: queries.
+        k: keys.
+        v: values.
+        attn_mask: optional boolean mask, ``True`` = may attend (the meaning
+            ``torch.nn.functional.scaled_dot_product_attention`` uses).
+        dropout_p: dropout on the attention weights; applied whenever > 0 (as in PyTorch's SDPA),
+            so pass 0.0 at evaluation time.
+        scale: factor on the scores, default ``1 / sqrt(Dk)``; ``scale=1.0`` removes the scaling.
+
+    Returns:
+        ``(output, weights)``; ``weights`` are the softmax probabilities before dropout.
+
+    Shape:
+        q (B, H, L, Dk), k (B, H, S, Dk), v (B, H, S, Dv), attn_mask broadcastable to (B, H, L, S)
+        -> output (B, H, L, Dv), weights (B, H, L, S). Any leading dimensions that broadcast
+        work, e.g. (L, Dk) or (B, L, Dk).
+    """
+    score_shape = _check_qkv(q, k, v)
+    check_mask_shape(attn_mask, score_shape)
+    if not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p}")
+    if scale is None:
+        scale = 1.0 / math.sqrt(q.shape[-1])
+
+    scores = (q @ k.transpose(-2, -1)) * scale  # (B, H, L, S)
+    if attn_mask is not None:
+        # The most negative finite value of the dtype: exp() of it is exactly 0 after the max
+        # is subtracted, and it cannot overflow the way -1e9 does in float16.
+        scores = scores.masked_fill(~attn_mask, torch.finfo(scores.dtype).min)
+    weights = torch.softmax(scores.float(), dim=-1)  # (B, H, L, S), float32 for accuracy
+    if attn_mask is not None:
+        # A fully masked row would be uniform after the softmax; make it all zeros instead.
+        weights = weights.masked_fill(~attn_mask, 0.0)
+    weights = weights.to(q.dtype)
+    dropped = F.dropout(weights, p=dropout_p) if dropout_p > 0.0 else weights
+    output = dropped @ v  # (B, H, L, Dv)
+    return output, weights
+
+
+def fast_scaled_dot_product_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    attn_mask: Tensor | None = None,
+    dropout_p: float = 0.0,
+    *,
+    scale: float | None = None,
+) -> Tensor:
+    """Eq. (1) through PyTorch's fused ``F.scaled_dot_product_attention``; output only, no weights.
+
+    Same arguments, shapes and fully-masked-row behaviour (zero output) as
+    :func:`scaled_dot_product_attention`, which it agrees with to floating-point tolerance.
+    Inputs are assumed valid (callers validate); this is the fast path.
+    """
+    has_key = None
+    if attn_mask is not None:
+        has_key = attn_mask.any(dim=-1, keepdim=True)  # (..., L, 1): rows with a key to attend to
+        # Some PyTorch versions and kernels return NaN for a fully masked row. Let such rows
+        # attend everywhere (finite result, finite gradient), then zero them below.
+        attn_mask = attn_mask | ~has_key  # (..., L, S)
+    output = F.scaled_dot_product_attention(
+        q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, scale=scale
+    )  # (B, H, L, Dv)
+    if has_key is not None:
+        output = output.masked_fill(~has_key, 0.0)  # fully masked rows -> 0, as documented
+    return output
+
+
+@dataclass
+class KVCache:
+    """Keys and values one attention layer has already projected, for incremental decoding.
+
+    Sec. 3.2.3 (decoder): at step t the decoder's self-attention needs the keys and values of
+    positions 0..t, and all but the newest were computed at earlier steps. The cache keeps them
+    (already split into heads) so each step projects only its new positions. For encoder-decoder
+    attention (``static=True``) the keys and values come from the encoder memory and are
+    computed once, on the first call.
+
+    The cache is explicit state owned by the caller (the model's decoding loop), never by the
+    module; :class:`MultiHeadAttention` reads and extends it when it is passed in.
+    """
+
+    key: Tensor | None = None  # (B, H, S, Dk): keys seen so far, or None before the first step
+    value: Tensor | None = None  # (B, H, S, Dk): the matching values
+    static: bool = False  # True: keys/values are fixed after the first call (cross-attention)
+
+    def __len__(self) -> int:
+        """Number of cached key positions S (0 when empty)."""
+        return 0 if self.key is None else self.key.shape[-2]
+
+    def reorder(self, index: Tensor) -> None:
+        """Select batch rows in place (beam search keeps the beams it chose): rows = ``index``."""
+        if self.key is not None:
+            self.key = self.key.index_select(0, index)  # (B', H, S, Dk)
+            self.value = self.value.index_select(0, index)  # (B', H, S, Dk)
+
+
+class MultiHeadAttention(nn.Module):
+    """Sec. 3.2.2: MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O,
+    head_i = Attention(Q W^Q_i, K W^K_i, V W^V_i).
+
+    The h per-head projections W^Q_i (d_model x d_k) are stored side by side as one
+    ``nn.Linear(d_model, d_model)`` per role (``q_proj``, ``k_proj``, ``v_proj``), split into heads
+    by a reshape; ``out_proj`` is W^O. With d_k = d_model / h the cost is that of one full-size
+    head (Sec. 3.2.2).
+
+    Args:
+        d_model: model width D (512 in the paper).
+        num_heads: number of heads h (8 in the paper); must divide ``d_model``.
+        dropout: dropout on the attention weights during training (not in the paper, which
+            uses residual and embedding dropout only, Sec. 5.4; ``nn.MultiheadAttention`` has it).
+        bias: whether the four projections have biases.
+    """
+
+    def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0, bias: bool = True):
+        super().__init__()
+        if (
+            not isinstance(d_model, int)
+            or not isinstance(num_heads, int)
+            or d_model <= 0
+            or num_heads <= 0
+        ):
+            raise ValueError(
+                f"d_model and num_heads must be positive integers, got {d_model!r}, {num_heads!r}"
+            )
+        if d_model % num_heads != 0:
+            raise ValueError(
+                f"d_model ({d_model}) must be divisible by num_heads ({num_heads}) so that each "
+                f"head has d_k = d_model / num_heads dimensions"
+            )
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        self.d_model = d_model
+        self.num_heads = num_heads
+        self.d_k = d_model // num_heads
+        self.dropout = dropout
+        self.q_proj = nn.Linear(d_model, d_model, bias=bias)  # W^Q for all heads side by side
+        self.k_proj = nn.Linear(d_model, d_model, bias=bias)  # W^K
+        self.v_proj = nn.Linear(d_model, d_model, bias=bias)  # W^V
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)  # W^O
+
+    def _check_input(self, name: str, x: Tensor, batch: int | None) -> None:
+        if not isinstance(x, Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+        if x.dim() != 3 or x.shape[-1] != self.d_model:
+            raise ValueError(
+                f"{name} must have shape (B, len, d_model={self.d_model}), got {tuple(x.shape)}"
+            )
+        if batch is not None and x.shape[0] != batch:
+            raise ValueError(f"{name} has batch size {x.shape[0]} but query has {batch}")
+
+    def _split_heads(self, x: Tensor) -> Tensor:
+        B, T, _ = x.shape
+        return x.view(B, T, self.num_heads, self.d_k).transpose(1, 2)  # (B, H, T, Dk)
+
+    def forward(
+        self,
+        query: Tensor,
+        key: Tensor | None,
+        value: Tensor | None,
+        attn_mask: Tensor | None = None,
+        need_weights: bool = False,
+        kv_cache: KVCache | None = None,
+    ) -> tuple[Tensor, Tensor | None]:
+        """Sec. 3.2.2: attend from ``query`` to ``key``/``value`` with h heads.
+
+        Self-attention passes the same tensor three times; encoder-decoder attention passes the
+        decoder state as ``query`` and the encoder output as ``key`` and ``value`` (Sec. 3.2.3).
+
+        Args:
+            query: the sequence that asks.
+            key: the sequence that is matched (may be None when ``kv_cache`` is a filled static
+                cache).
+            value: the sequence that is passed on (same length as ``key``).
+            attn_mask: optional boolean mask, ``True`` = may attend, broadcastable to
+                (B, H, L, S), where S counts cached keys too.
+            need_weights: also return the attention weights. Then the from-scratch path runs;
+                otherwise PyTorch's fused SDPA (the results agree).
+            kv_cache: optional :class:`KVCache` for incremental decoding. Not static: the new
+                keys/values (of ``key``/``value``) are appended to the cached ones and attention
+                runs over all of them; the cache is updated in place. Static: filled from
+                ``key``/``value`` on the first call, reused as is afterwards.
+
+        Returns:
+            ``(output, weights)``; ``weights`` is None unless ``need_weights``.
+
+        Shape:
+            query (B, L, D), key and value (B, S, D) -> output (B, L, D),
+            weights (B, H, L, S).
+        """
+        self._check_input("query", query, None)
+        B, L, _ = query.shape
+        if kv_cache is not None and kv_cache.static and kv_cache.key is not None:
+            if kv_cache.key.shape[0] != B:
+                raise ValueError(
+                    f"kv_cache has batch size {kv_cache.key.shape[0]} but query has {B}"
+                )
+            k, v = kv_cache.key, kv_cache.value  # (B, H, S, Dk) each, computed on an earlier call
+        else:
+            self._check_input("key", key, B)
+            self._check_input("value", value, B)
+            if key.shape[1] != value.shape[1]:
+                raise ValueError(
+                    f"key and value must have the same length, got {key.shape[1]} and {value.shape[1]}"
+                )
+            k = self._split_heads(self.k_proj(key))  # (B, H, S_new, Dk)
+            v = self._split_heads(self.v_proj(value))  # (B, H, S_new, Dk)
+            if kv_cache is not None:
+                if kv_cache.key is not None:  # not static: append the new positions
+                    if kv_cache.key.shape[0] != B:
+                        raise ValueError(
+                            f"kv_cache has batch size {kv_cache.key.shape[0]} but query has {B}"
+                        )
+                    k = torch.cat([kv_cache.key, k], dim=2)  # (B, H, S_past + S_new, Dk)
+                    v = torch.cat([kv_cache.value, v], dim=2)  # (B, H, S_past + S_new, Dk)
+                kv_cache.key, kv_cache.value = k, v
+        q = self._split_heads(self.q_proj(query))  # (B, H, L, Dk)
+        S = k.shape[2]
+        check_mask_shape(attn_mask, (B, self.num_heads, L, S))
+
+        dropout_p = self.dropout if self.training else 0.0
+        if need_weights:
+            # The from-scratch path of Eq. (1): out (B, H, L, Dk), weights (B, H, L, S)
+            out, weights = scaled_dot_product_attention(q, k, v, attn_mask, dropout_p)
+        else:
+            out, weights = fast_scaled_dot_product_attention(q, k, v, attn_mask, dropout_p), None
+        out = out.transpose(1, 2).contiguous().view(B, L, self.d_model)  # (B, L, D): concat heads
+        return self.out_proj(out), weights
