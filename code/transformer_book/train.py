@@ -1,0 +1,561 @@
+"""Training the Transformer (Sec. 5 of the paper): loss, optimiser, schedule, loop, checkpoints, BLEU.
+
+What the paper prescribes, and where it lives here:
+
+- Sec. 5.3, Eq. (3): Adam with beta1 = 0.9, beta2 = 0.98, eps = 1e-9 and a learning rate that
+  grows linearly for ``warmup_steps`` steps and then decays as the inverse square root of the
+  step: :func:`noam_lr`, :func:`make_optimizer`.
+- Sec. 5.4: residual dropout (``TransformerConfig.dropout``, applied inside the model) and label
+  smoothing with eps_ls = 0.1: :func:`label_smoothing_loss`.
+- Sec. 5.1: batches of about 25,000 source and 25,000 target tokens grouped by length:
+  :mod:`transformer_book.batching` (our budget is smaller: Multi30k sentences are short and
+  we train on one device).
+- Sec. 6.1: beam search with beam size 4 and length penalty alpha = 0.6, BLEU:
+  :func:`translate`, :func:`corpus_bleu`.
+
+Departures, all optional and off or at the paper's value by default: gradient clipping
+(``TrainConfig.clip_grad_norm``), a multiplier on the learning-rate schedule
+(``TrainConfig.lr_factor``, 1.0 = the paper), bf16 autocast on CUDA (``TrainConfig.amp``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import random
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from transformer_book.batching import BatchedCorpus, collate
+from transformer_book.utils import get_device
+
+CHECKPOINT_FORMAT = 1
+
+
+# --------------------------------------------------------------------------- loss
+
+
+def label_smoothing_loss(
+    logits: Tensor,
+    target: Tensor,
+    smoothing: float = 0.1,
+    pad_id: int | None = 0,
+    reduction: str = "mean",
+) -> Tensor:
+    """Sec. 5.4: cross-entropy against a smoothed target distribution (Szegedy et al., 2016).
+
+    Instead of the one-hot target, the model is trained towards
+
+        q(k) = (1 - eps) * [k == y] + eps / V      for every class k of V,
+
+    i.e. a mixture of the one-hot vector and the uniform distribution over *all* V classes
+    (the true class included), exactly the definition of Szegedy et al. (2016) that the paper
+    cites, and of ``nn.CrossEntropyLoss(label_smoothing=eps)``. The loss is the cross-entropy
+    H(q, p) = -sum_k q(k) log p(k) = (1 - eps) * NLL + eps * mean_k(-log p(k)).
+    It can never reach 0: its minimum is the entropy of q (see :func:`smoothed_loss_floor`);
+    the model is pushed to be less confident, which "hurts perplexity ... but improves accuracy
+    and BLEU score" (Sec. 5.4). (The Annotated Transformer spreads eps over the V - 2 classes
+    that are neither the true one nor padding, a slightly different distribution.)
+
+    Args:
+        logits: unnormalised scores. Shape (..., V).
+        target: class ids. Shape (...), matching ``logits`` without its last dimension.
+        smoothing: eps_ls, in [0, 1); 0 gives the ordinary cross-entropy.
+        pad_id: targets equal to this id do not count (None: every position counts).
+        reduction: ``"mean"`` (over counted positions), ``"sum"`` or ``"none"`` (per position,
+            zeros at padding).
+
+    Returns:
+        The loss, a scalar (mean/sum) or of ``target``'s shape (none). Computed in float32.
+    """
+    if not 0.0 <= smoothing < 1.0:
+        raise ValueError(f"smoothing must be in [0, 1), got {smoothing}")
+    if logits.shape[:-1] != target.shape:
+        raise ValueError(
+            f"logits {tuple(logits.shape)} and target {tuple(target.shape)} do not match: "
+            "expected logits (..., V) and target (...)"
+        )
+    log_probs = F.log_softmax(logits.float(), dim=-1)  # (..., V), float32 even under autocast
+    safe_target = target if pad_id is None else target.masked_fill(target == pad_id, 0)
+    nll = -log_probs.gather(-1, safe_target.unsqueeze(-1)).squeeze(-1)  # (...)
+    uniform = -log_probs.mean(dim=-1)  # (...), cross-entropy against the uniform distribution
+    loss = (1.0 - smoothing) * nll + smoothing * uniform
+    keep = torch.ones_like(target, dtype=torch.bool) if pad_id is None else target != pad_id
+    loss = loss * keep
+    if reduction == "none":
+        return loss
+    if reduction == "sum":
+        return loss.sum()
+    if reduction == "mean":
+        return loss.sum() / keep.sum().clamp(min=1)
+    raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+
+
+def smoothed_loss_floor(vocab_size: int, smoothing: float = 0.1) -> float:
+    """The smallest value :func:`label_smoothing_loss` can take: the entropy of q (in nats)."""
+    if smoothing == 0:
+        return 0.0
+    top = 1.0 - smoothing + smoothing / vocab_size
+    rest = smoothing / vocab_size
+    return -(top * math.log(top) + (vocab_size - 1) * rest * math.log(rest))
+
+
+# --------------------------------------------------------------------------- schedule
+
+
+def noam_lr(step: int, d_model: int, warmup_steps: int = 4000, factor: float = 1.0) -> float:
+    """Eq. (3), Sec. 5.3: lrate = d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5).
+
+    The rate rises linearly for the first ``warmup_steps`` steps, peaks at step ``warmup_steps``
+    with d_model^-0.5 * warmup_steps^-0.5 (7.0e-4 for d_model = 512, warmup 4000), then decays
+    as step^-0.5.
+
+    Args:
+        step: the optimiser step, counted from 1.
+        d_model: model width (512 in the base model).
+        warmup_steps: 4000 in the paper.
+        factor: multiplier on the whole curve (1.0 = the paper).
+    """
+    if step < 1:
+        raise ValueError(f"step counts from 1, got {step}")
+    if warmup_steps < 1:
+        raise ValueError(f"warmup_steps must be >= 1, got {warmup_steps}")
+    return factor * d_model**-0.5 * min(step**-0.5, step * warmup_steps**-1.5)
+
+
+def make_optimizer(
+    model: nn.Module, d_model: int, warmup_steps: int = 4000, factor: float = 1.0
+) -> tuple[torch.optim.Adam, torch.optim.lr_scheduler.LambdaLR]:
+    """Sec. 5.3: Adam(beta1=0.9, beta2=0.98, eps=1e-9) driven by :func:`noam_lr`.
+
+    The optimiser's base rate is 1.0 and ``LambdaLR`` multiplies it by ``noam_lr``. Call
+    ``scheduler.step()`` after every ``optimizer.step()``: the k-th update (k = 1, 2, ...)
+    then uses ``noam_lr(k)``.
+
+    Returns:
+        ``(optimizer, scheduler)``.
+    """
+    optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda i: noam_lr(i + 1, d_model, warmup_steps, factor)
+    )
+    return optimizer, scheduler
+
+
+# --------------------------------------------------------------------------- training loop
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Settings of a training run (the model's own settings live in ``TransformerConfig``)."""
+
+    max_tokens: int = 4096  # padded tokens per batch (the paper: ~25k src + 25k tgt, Sec. 5.1)
+    epochs: int = 10  # passes over the training data (stops earlier if max_steps is reached)
+    max_steps: int | None = None  # optimiser steps in total; None = no limit
+    warmup_steps: int = 4000  # Eq. (3), Sec. 5.3
+    lr_factor: float = 1.0  # multiplier on Eq. (3); 1.0 = the paper
+    label_smoothing: float = 0.1  # eps_ls, Sec. 5.4
+    clip_grad_norm: float | None = None  # the paper does not clip; a max norm here enables it
+    eval_every: int | None = None  # validation every n steps; None = at the end of each epoch
+    checkpoint_every: int = 500  # steps between checkpoints (and one at each epoch end)
+    checkpoint_dir: str | None = None  # where last.pt is written; None = no checkpoints
+    seed: int = 0  # seeds the batch order (seed + epoch) and the model's dropout
+    device: str | None = None  # None = transformer_book.get_device() (CUDA when available)
+    amp: bool = True  # bf16 autocast on CUDA (ignored on CPU)
+    progress: bool = True  # tqdm progress bar
+
+
+@dataclass
+class History:
+    """What a run measured: (step, value) pairs, plus throughput."""
+
+    train_loss: list[tuple[int, float]] = field(default_factory=list)  # smoothed, per target token
+    val_loss: list[tuple[int, float]] = field(default_factory=list)  # unsmoothed NLL per token
+    lr: list[tuple[int, float]] = field(default_factory=list)
+    tokens_per_second: list[tuple[int, float]] = field(default_factory=list)  # target tokens
+
+    def as_dict(self) -> dict:
+        return {k: [list(p) for p in v] for k, v in dataclasses.asdict(self).items()}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> History:
+        return cls(**{k: [tuple(p) for p in v] for k, v in d.items()})
+
+
+def _config_dict(config) -> dict | None:
+    if config is None:
+        return None
+    if dataclasses.is_dataclass(config):
+        return dataclasses.asdict(config)
+    return dict(config)
+
+
+def atomic_torch_save(obj, path: str | os.PathLike) -> None:
+    """``torch.save`` to a temporary file in the same folder, then ``os.replace``: a crash
+    mid-write leaves the previous checkpoint intact, never a truncated one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        torch.save(obj, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+class Trainer:
+    """The training loop of Sec. 5: batches, label-smoothed loss, Adam + warm-up, checkpoints.
+
+    Args:
+        model: maps ``(src (B, S), tgt_in (B, T))`` to logits (B, T, V), like
+            :class:`transformer_book.model.Transformer`.
+        train_data: training batches (:class:`~transformer_book.batching.BatchedCorpus`).
+        config: the run's settings.
+        d_model: for Eq. (3); defaults to ``model_config.d_model``.
+        val_data: validation batches (unshuffled), or None.
+        model_config: the model's config (a dataclass or dict), stored in checkpoints as a
+            plain dict so a checkpoint can rebuild its model.
+        extra: more plain data to store in checkpoints (e.g. ``{"tokenizer": tok.to_str()}``).
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        train_data: BatchedCorpus,
+        config: TrainConfig = TrainConfig(),
+        *,
+        d_model: int | None = None,
+        val_data: BatchedCorpus | None = None,
+        model_config=None,
+        extra: dict | None = None,
+    ):
+        self.config = config
+        self.device = get_device(config.device)
+        self.model = model.to(self.device)
+        self.train_data, self.val_data = train_data, val_data
+        self.model_config = _config_dict(model_config)
+        if d_model is None:
+            if self.model_config is None or "d_model" not in self.model_config:
+                raise ValueError("pass d_model= or a model_config with a d_model field")
+            d_model = self.model_config["d_model"]
+        self.d_model = d_model
+        self.pad_id = train_data.pad_id
+        self.extra = dict(extra or {})
+        self.optimizer, self.scheduler = make_optimizer(
+            self.model, d_model, config.warmup_steps, config.lr_factor
+        )
+        self.step = 0  # optimiser steps done
+        self.epoch = 0  # current epoch
+        self.batch_in_epoch = 0  # batches of the current epoch already trained on
+        self.history = History()
+        torch.manual_seed(config.seed)  # dropout masks
+
+    # ------------------------------------------------------------------ one step
+    def _autocast(self):
+        on_cuda = self.device.type == "cuda" and self.config.amp
+        return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16, enabled=on_cuda)
+
+    def train_step(self, batch) -> float:
+        """One optimiser step on ``batch``; returns its label-smoothed loss per target token."""
+        self.model.train()
+        batch = batch.to(self.device)
+        with self._autocast():
+            logits = self.model(batch.src, batch.tgt_in)  # (B, T, V)
+        loss = label_smoothing_loss(logits, batch.tgt_out, self.config.label_smoothing, self.pad_id)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.config.clip_grad_norm is not None:
+            nn.utils.clip_grad_norm_(self.model.parameters(), self.config.clip_grad_norm)
+        self.optimizer.step()
+        self.scheduler.step()
+        self.step += 1
+        return float(loss.detach())
+
+    @torch.no_grad()
+    def evaluate(self, data: BatchedCorpus | None = None) -> float:
+        """Mean cross-entropy (no smoothing, nats per target token) over ``data`` (default: val)."""
+        data = self.val_data if data is None else data
+        if data is None:
+            raise ValueError("no validation data: pass val_data to Trainer or data here")
+        self.model.eval()
+        total, count = 0.0, 0
+        for batch in data.batches(0):
+            batch = batch.to(self.device)
+            with self._autocast():
+                logits = self.model(batch.src, batch.tgt_in)
+            total += float(label_smoothing_loss(logits, batch.tgt_out, 0.0, self.pad_id, "sum"))
+            count += batch.num_tgt_tokens
+        return total / count
+
+    # ------------------------------------------------------------------ loop
+    def fit(self) -> History:
+        """Train until ``config.epochs`` epochs or ``config.max_steps`` steps are done.
+
+        Resumes where the trainer stands (after :meth:`load_checkpoint`: mid-epoch). Writes
+        ``last.pt`` every ``checkpoint_every`` steps and at each epoch end; an interrupted run
+        loses at most the steps since the last checkpoint.
+        """
+        from tqdm import tqdm  # the plain bar: works in terminals and notebooks alike
+
+        cfg = self.config
+        while not self._done():
+            num_batches = self.train_data.num_batches(self.epoch)
+            bar = tqdm(
+                total=num_batches,
+                initial=self.batch_in_epoch,
+                disable=not cfg.progress,
+                desc=f"epoch {self.epoch + 1}/{cfg.epochs}",
+            )
+            tokens, t0 = 0, time.perf_counter()
+            for batch in self.train_data.batches(self.epoch, start=self.batch_in_epoch):
+                loss = self.train_step(batch)
+                tokens += batch.num_tgt_tokens
+                self.history.train_loss.append((self.step, loss))
+                self.history.lr.append((self.step, self.scheduler.get_last_lr()[0]))
+                bar.update(1)
+                bar.set_postfix(loss=f"{loss:.3f}", step=self.step)
+                self.batch_in_epoch += 1
+                end_of_epoch = self.batch_in_epoch == num_batches
+                if end_of_epoch:  # move on before saving, so a resume starts the next epoch
+                    self.epoch, self.batch_in_epoch = self.epoch + 1, 0
+                if self.val_data is not None and (
+                    (cfg.eval_every and self.step % cfg.eval_every == 0)
+                    or (not cfg.eval_every and end_of_epoch)
+                ):
+                    self.history.val_loss.append((self.step, self.evaluate()))
+                    if cfg.progress:
+                        bar.write(f"step {self.step}: val loss {self.history.val_loss[-1][1]:.4f}")
+                done = self._done()
+                if cfg.checkpoint_dir and (
+                    self.step % cfg.checkpoint_every == 0 or done or end_of_epoch
+                ):
+                    self.save_checkpoint(Path(cfg.checkpoint_dir) / "last.pt")
+                if done:
+                    break
+            bar.close()
+            if tokens:
+                rate = tokens / (time.perf_counter() - t0)
+                self.history.tokens_per_second.append((self.step, rate))
+        return self.history
+
+    def _done(self) -> bool:
+        cfg = self.config
+        return self.epoch >= cfg.epochs or (
+            cfg.max_steps is not None and self.step >= cfg.max_steps
+        )
+
+    # ------------------------------------------------------------------ checkpoints
+    def state_dict(self) -> dict:
+        """Everything needed to continue exactly: weights, Adam moments, schedule, position in
+        the data, RNG states, and the configs as plain dicts (loadable with weights_only=True)."""
+        rng = {"torch": torch.get_rng_state(), "python": random.getstate()}
+        if torch.cuda.is_available():
+            rng["cuda"] = torch.cuda.get_rng_state_all()
+        return {
+            "format": CHECKPOINT_FORMAT,
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "step": self.step,
+            "epoch": self.epoch,
+            "batch_in_epoch": self.batch_in_epoch,
+            "rng": rng,
+            "model_config": self.model_config,
+            "train_config": dataclasses.asdict(self.config),
+            "history": self.history.as_dict(),
+            "extra": self.extra,
+        }
+
+    def save_checkpoint(self, path: str | os.PathLike) -> None:
+        """Write :meth:`state_dict` atomically to ``path``."""
+        atomic_torch_save(self.state_dict(), path)
+
+    def load_checkpoint(self, path: str | os.PathLike) -> None:
+        """Restore a checkpoint written by :meth:`save_checkpoint` to continue training."""
+        state = load_checkpoint(path, map_location=self.device)
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.step, self.epoch = state["step"], state["epoch"]
+        self.batch_in_epoch = state["batch_in_epoch"]
+        self.history = History.from_dict(state["history"])
+        self.extra.update(state.get("extra") or {})
+        rng = state["rng"]
+        torch.set_rng_state(rng["torch"].cpu())
+        random.setstate(_as_tuple(rng["python"]))
+        if "cuda" in rng and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all([s.cpu() for s in rng["cuda"]])
+
+
+def _as_tuple(x):
+    return tuple(_as_tuple(i) for i in x) if isinstance(x, list | tuple) else x
+
+
+def load_checkpoint(path: str | os.PathLike, map_location=None) -> dict:
+    """Read a checkpoint with ``torch.load(weights_only=True)`` (no arbitrary code runs).
+
+    Raises:
+        FileNotFoundError: no file at ``path``.
+        ValueError: the file is not a checkpoint of this book (or another format version).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no checkpoint at {path}")
+    state = torch.load(path, map_location=map_location, weights_only=True)
+    if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
+        raise ValueError(
+            f"{path} is not a transformer_book checkpoint (format {CHECKPOINT_FORMAT})"
+        )
+    return state
+
+
+# --------------------------------------------------------------------------- translation, BLEU
+
+
+def prepare_corpus(
+    tokenizer,
+    corpus,
+    max_tokens: int,
+    *,
+    shuffle: bool = True,
+    seed: int = 0,
+    max_len: int | None = None,
+) -> BatchedCorpus:
+    """Tokenise a :class:`~transformer_book.data.ParallelCorpus` and batch it by token budget.
+
+    Args:
+        tokenizer: a :class:`~transformer_book.tokenizer.SubwordTokenizer`.
+        corpus: raw sentence pairs.
+        max_tokens: padded tokens per batch.
+        shuffle, seed: see :class:`~transformer_book.batching.BatchedCorpus`.
+        max_len: drop pairs whose source or target has more subwords (None keeps all).
+    """
+    src_ids = tokenizer.encode_batch(corpus.src)
+    tgt_ids = tokenizer.encode_batch(corpus.tgt)
+    if max_len is not None:
+        pairs = [
+            (x, y)
+            for x, y in zip(src_ids, tgt_ids, strict=True)
+            if len(x) <= max_len and len(y) <= max_len
+        ]
+        src_ids, tgt_ids = [p[0] for p in pairs], [p[1] for p in pairs]
+    return BatchedCorpus(
+        src_ids,
+        tgt_ids,
+        max_tokens,
+        pad_id=tokenizer.pad_id,
+        bos_id=tokenizer.bos_id,
+        eos_id=tokenizer.eos_id,
+        shuffle=shuffle,
+        seed=seed,
+    )
+
+
+@torch.no_grad()
+def translate(
+    model: nn.Module,
+    tokenizer,
+    sentences: Sequence[str],
+    *,
+    beam_size: int = 1,
+    length_penalty: float = 0.6,
+    max_tokens: int = 4096,
+    max_new_tokens: int | None = None,
+    device: torch.device | str | None = None,
+    progress: bool = False,
+) -> list[str]:
+    """Translate raw sentences: tokenise, batch by length, decode, detokenise (Sec. 6.1).
+
+    Args:
+        model: a trained :class:`~transformer_book.model.Transformer`.
+        tokenizer: the :class:`~transformer_book.tokenizer.SubwordTokenizer` it was trained with.
+        sentences: source sentences (raw text).
+        beam_size: 1 = greedy decoding; >1 = beam search (the paper: 4).
+        length_penalty: alpha of the beam search length penalty (the paper: 0.6).
+        max_tokens: padded source tokens per batch.
+        max_new_tokens: cap on output length (None = the decoder's default).
+        device: where to run (default: the model's device).
+        progress: show a tqdm bar over batches.
+
+    Returns:
+        One detokenised translation per sentence, in the input order.
+    """
+    from tqdm import tqdm
+
+    from transformer_book import decode
+
+    if beam_size < 1:
+        raise ValueError(f"beam_size must be >= 1, got {beam_size}")
+    if device is None:
+        device = next(model.parameters()).device
+    model.eval()
+    src_ids = tokenizer.encode_batch(list(sentences))
+    batches = (
+        BatchedCorpus(
+            src_ids,
+            src_ids,
+            max_tokens,
+            pad_id=tokenizer.pad_id,
+            bos_id=tokenizer.bos_id,
+            eos_id=tokenizer.eos_id,
+            shuffle=False,
+        ).batch_indices()
+        if sentences
+        else []
+    )
+    out: list[str] = [""] * len(sentences)
+    for idx in tqdm(batches, disable=not progress, desc="translating"):
+        src = collate(
+            [src_ids[i] for i in idx],
+            [[]] * len(idx),
+            pad_id=tokenizer.pad_id,
+            bos_id=tokenizer.bos_id,
+            eos_id=tokenizer.eos_id,
+        ).src.to(device)
+        kwargs = {} if max_new_tokens is None else {"max_new_tokens": max_new_tokens}
+        if beam_size == 1:
+            ids = decode.greedy_decode(model, src, tokenizer.bos_id, tokenizer.eos_id, **kwargs)
+        else:
+            ids = decode.beam_search(
+                model,
+                src,
+                tokenizer.bos_id,
+                tokenizer.eos_id,
+                beam_size=beam_size,
+                length_penalty=length_penalty,
+                **kwargs,
+            )
+        for i, text in zip(idx, tokenizer.decode_batch(ids), strict=True):
+            out[i] = text
+    return out
+
+
+def corpus_bleu(hypotheses: Sequence[str], references: Sequence[str]):
+    """sacreBLEU's corpus BLEU: cased, on detokenised text, its default 13a tokenisation.
+
+    Args:
+        hypotheses: detokenised system outputs.
+        references: the raw reference lines (one reference per sentence).
+
+    Returns:
+        ``(score, signature)``: a ``sacrebleu`` ``BLEUScore`` (``score.score`` is the number)
+        and the signature string that says how it was computed (print it beside the score).
+    """
+    from sacrebleu.metrics import BLEU
+
+    if len(hypotheses) != len(references):
+        raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references")
+    bleu = BLEU()
+    score = bleu.corpus_score(list(hypotheses), [list(references)])
+    return score, str(bleu.get_signature())

@@ -1,0 +1,165 @@
+"""Tests of transformer_book.train: label smoothing, Eq. (3) schedule, checkpoint resume, BLEU."""
+
+import math
+import random
+
+import pytest
+import torch
+from torch import nn
+from transformer_book.batching import BatchedCorpus
+from transformer_book.config import TransformerConfig
+from transformer_book.model import Transformer
+from transformer_book.train import (
+    TrainConfig,
+    Trainer,
+    corpus_bleu,
+    label_smoothing_loss,
+    load_checkpoint,
+    make_optimizer,
+    noam_lr,
+    smoothed_loss_floor,
+)
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models train fastest on one thread (and the CI machine has only two cores)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1, 0.3])
+def test_label_smoothing_matches_pytorch(eps):
+    torch.manual_seed(0)
+    logits = torch.randn(3, 7, 11)
+    target = torch.randint(0, 11, (3, 7))
+    target[0, 4:] = 0  # padding
+    ours = label_smoothing_loss(logits, target, eps, pad_id=0)
+    ref = nn.CrossEntropyLoss(label_smoothing=eps, ignore_index=0)(
+        logits.reshape(-1, 11), target.reshape(-1))
+    torch.testing.assert_close(ours, ref)
+    ref_sum = nn.CrossEntropyLoss(label_smoothing=eps, ignore_index=0, reduction="sum")(
+        logits.reshape(-1, 11), target.reshape(-1))
+    torch.testing.assert_close(label_smoothing_loss(logits, target, eps, 0, "sum"), ref_sum)
+    per_pos = label_smoothing_loss(logits, target, eps, 0, "none")
+    assert per_pos.shape == target.shape and bool((per_pos[target == 0] == 0).all())
+
+
+def test_label_smoothing_is_cross_entropy_with_smoothed_target():
+    torch.manual_seed(1)
+    V, eps = 9, 0.2
+    logits = torch.randn(5, V)
+    target = torch.randint(1, V, (5,))
+    q = torch.full((5, V), eps / V)
+    q[torch.arange(5), target] += 1 - eps
+    explicit = -(q * logits.log_softmax(-1)).sum(-1).mean()
+    torch.testing.assert_close(label_smoothing_loss(logits, target, eps, pad_id=None), explicit)
+    # the floor: logits equal to log q give exactly the entropy of q
+    floor = label_smoothing_loss(q.log(), target, eps, pad_id=None)
+    assert math.isclose(float(floor), smoothed_loss_floor(V, eps), rel_tol=1e-5)
+
+
+def test_label_smoothing_bad_input():
+    with pytest.raises(ValueError, match="do not match"):
+        label_smoothing_loss(torch.randn(2, 3, 5), torch.zeros(2, 4, dtype=torch.long))
+    with pytest.raises(ValueError, match="smoothing"):
+        label_smoothing_loss(torch.randn(2, 5), torch.zeros(2, dtype=torch.long), 1.0)
+
+
+def test_schedule_values():
+    d, w = 512, 4000
+    assert noam_lr(1, d, w) == pytest.approx(512**-0.5 * 4000**-1.5)
+    assert noam_lr(w, d, w) == pytest.approx(512**-0.5 * 4000**-0.5)  # peak, 6.99e-4
+    assert noam_lr(w, d, w) == pytest.approx(6.9877e-4, rel=1e-4)
+    assert noam_lr(4 * w, d, w) == pytest.approx(noam_lr(w, d, w) / 2)  # step^-0.5 decay
+    steps = range(1, 3 * w)
+    assert max(steps, key=lambda s: noam_lr(s, d, w)) == w
+    assert noam_lr(100, d, w, factor=2.0) == pytest.approx(2 * noam_lr(100, d, w))
+    with pytest.raises(ValueError, match="step counts from 1"):
+        noam_lr(0, d, w)
+
+
+def test_optimizer_follows_schedule():
+    model = nn.Linear(3, 3)
+    opt, sched = make_optimizer(model, d_model=64, warmup_steps=10)
+    assert opt.defaults["betas"] == (0.9, 0.98) and opt.defaults["eps"] == 1e-9
+    seen = []
+    for _ in range(25):
+        seen.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    assert seen == pytest.approx([noam_lr(k, 64, 10) for k in range(1, 26)])
+
+
+def _toy_data(n=48, vocab=20, seed=0, shuffle=True):
+    rng = random.Random(seed)
+    src = [[rng.randrange(4, vocab) for _ in range(rng.randint(2, 9))] for _ in range(n)]
+    tgt = [list(reversed(x)) for x in src]
+    return BatchedCorpus(src, tgt, max_tokens=60, shuffle=shuffle, seed=seed)
+
+
+def _trainer(tmp_path, **overrides):
+    torch.manual_seed(0)
+    cfg = TransformerConfig.tiny(src_vocab_size=20, tgt_vocab_size=20, dropout=0.1, max_len=32)
+    model = Transformer(cfg)
+    settings = dict(max_tokens=60, epochs=3, warmup_steps=5, checkpoint_every=4,
+                    checkpoint_dir=str(tmp_path), seed=0, device="cpu", progress=False,
+                    clip_grad_norm=1.0)
+    settings.update(overrides)
+    return Trainer(model, _toy_data(), TrainConfig(**settings), model_config=cfg,
+                   val_data=_toy_data(16, seed=1, shuffle=False), extra={"note": "test"})
+
+
+def test_resume_continues_exactly(tmp_path):
+    full = _trainer(tmp_path / "full")
+    full.fit()
+    total = full.step
+    assert total > 8 and full.epoch == 3
+
+    first = _trainer(tmp_path / "cut", max_steps=10)  # "interrupted" after 10 steps
+    first.fit()
+    assert first.step == 10
+    state = load_checkpoint(tmp_path / "cut" / "last.pt")  # weights_only=True
+    assert state["step"] == 10 and state["model_config"]["d_model"] == 64
+    assert state["extra"] == {"note": "test"}
+
+    torch.manual_seed(123)  # the resumed run must not depend on the RNG state at start
+    resumed = _trainer(tmp_path / "cut")
+    resumed.load_checkpoint(tmp_path / "cut" / "last.pt")
+    resumed.fit()
+    assert resumed.step == total
+    for (name, a), b in zip(full.model.state_dict().items(), resumed.model.state_dict().values(),
+                            strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0, msg=name)
+    assert resumed.history.train_loss == full.history.train_loss
+    assert resumed.history.val_loss == full.history.val_loss
+    assert len(full.history.val_loss) == 3  # one per epoch
+
+
+def test_checkpoint_interval_and_atomicity(tmp_path):
+    trainer = _trainer(tmp_path, max_steps=6, epochs=100)
+    trainer.fit()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.pt"]  # no temp files left
+    assert load_checkpoint(tmp_path / "last.pt")["step"] == 6
+    with pytest.raises(ValueError, match="not a transformer_book checkpoint"):
+        torch.save({"model": {}}, tmp_path / "other.pt")
+        load_checkpoint(tmp_path / "other.pt")
+    with pytest.raises(FileNotFoundError):
+        load_checkpoint(tmp_path / "missing.pt")
+
+
+def test_training_reduces_loss(tmp_path):
+    trainer = _trainer(tmp_path, epochs=6, checkpoint_dir=None, lr_factor=3.0)
+    before = trainer.evaluate()
+    trainer.fit()
+    assert trainer.evaluate() < before - 0.5
+
+
+def test_bleu_signature():
+    score, signature = corpus_bleu(["A dog runs on the grass ."], ["A dog runs on the grass ."])
+    assert score.score == pytest.approx(100.0)
+    assert "case:mixed" in signature and "tok:13a" in signature
+    with pytest.raises(ValueError, match="references"):
+        corpus_bleu(["a"], ["a", "b"])
