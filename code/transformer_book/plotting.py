@@ -174,6 +174,9 @@ def plot_attention_heads(
     if title:
         fig.suptitle(title)
     fig.tight_layout()
+    # One colour bar for all panels (they share the 0..1 scale), added after the layout is fixed.
+    scale = plt.cm.ScalarMappable(norm=plt.Normalize(0.0, 1.0), cmap="viridis")
+    fig.colorbar(scale, ax=axes.ravel().tolist(), label="attention weight", shrink=0.8)
     return fig
 
 
