@@ -53,6 +53,8 @@ def slopes(rows: list[dict], key: str, min_n: int) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="CPU threads (default: PyTorch's choice); 1 is steadier on a busy machine")
     p.add_argument("--min-len", type=int, default=64)
     p.add_argument("--max-len", type=int, default=None,
                    help="longest n (default 4096 on CPU, 65536 on CUDA; OOM stops one method)")
@@ -67,6 +69,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--quick", action="store_true", help="n = 64 .. 512, two repeats")
     args = p.parse_args(argv)
 
+    if args.threads:
+        torch.set_num_threads(args.threads)
     device = get_device(args.device)
     max_len = args.max_len or (65536 if device.type == "cuda" else 4096)
     repeats = args.repeats
