@@ -420,6 +420,32 @@ def load_checkpoint(path: str | os.PathLike, map_location=None) -> dict:
     return state
 
 
+def model_from_checkpoint(path: str | os.PathLike, device: torch.device | str | None = None):
+    """Rebuild a trained model and its tokenizer from a checkpoint written by :class:`Trainer`.
+
+    The checkpoint must hold ``model_config`` and ``extra["tokenizer"]`` (the command line's
+    ``train`` stores both).
+
+    Returns:
+        ``(model, tokenizer, state)``; the model is in eval mode on ``device``.
+    """
+    from transformer_book.config import TransformerConfig
+    from transformer_book.model import Transformer
+    from transformer_book.tokenizer import SubwordTokenizer
+
+    device = get_device(device)
+    state = load_checkpoint(path, map_location=device)
+    if not state.get("model_config"):
+        raise ValueError(f"{path} stores no model_config; cannot rebuild the model")
+    if "tokenizer" not in (state.get("extra") or {}):
+        raise ValueError(f"{path} stores no tokenizer (extra['tokenizer'])")
+    model = Transformer(TransformerConfig(**state["model_config"]))
+    model.load_state_dict(state["model"])
+    model.to(device).eval()
+    tokenizer = SubwordTokenizer.from_str(state["extra"]["tokenizer"])
+    return model, tokenizer, state
+
+
 # --------------------------------------------------------------------------- translation, BLEU
 
 
@@ -536,6 +562,8 @@ def translate(
                 length_penalty=length_penalty,
                 **kwargs,
             )
+        if isinstance(ids, Tensor):  # greedy_decode returns (B, 1 + steps), padded after <eos>
+            ids = ids.tolist()
         for i, text in zip(idx, tokenizer.decode_batch(ids), strict=True):
             out[i] = text
     return out
