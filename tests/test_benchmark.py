@@ -78,3 +78,39 @@ def test_gpu_peaks_and_formatting():
     table = benchmark.format_table([{"n": 64, "t": 1.23456}, {"n": 128}],
                                    [("n", "n", "d"), ("time", "t", ".2f")])
     assert table.splitlines() == ["  n  time", "---  ----", " 64  1.23", "128     -"]
+
+
+def test_train_flops_match_the_formula_and_both_models_do_the_same_work():
+    from transformer_book.config import TransformerConfig
+    from transformer_book.model import Transformer
+
+    cfg = benchmark.matched_configs(TransformerConfig.tiny(src_vocab_size=1000,
+                                                           tgt_vocab_size=1000))
+    torch.manual_seed(0)
+    ours, theirs = Transformer(cfg), benchmark.TorchTransformerBaseline(cfg)
+    assert sum(p.numel() for p in ours.parameters()) == sum(p.numel() for p in theirs.parameters())
+    B, S, T = 4, 10, 12
+    batch = benchmark.synthetic_batch(B, S, T, 1000)
+    assert batch[0].shape == (B, S) and batch[1].shape == (B, T) and (batch[0] != 0).all()
+    D, F_, N, V = cfg.d_model, cfg.d_ff, cfg.num_layers, cfg.tgt_vocab_size
+    # multiply-adds of one forward pass: projections, attention, feed-forward, output layer
+    enc = N * (S * (4 * D * D + 2 * D * F_) + 2 * S * S * D)
+    dec = N * (T * (4 * D * D + 2 * D * F_) + 2 * T * T * D  # self-attention and FFN
+               + T * 2 * D * D + S * 2 * D * D + 2 * T * S * D)  # cross-attention
+    expected = B * 6 * (enc + dec + T * D * V)  # 2 FLOPs per MAC, backward = 2 x forward
+    assert benchmark.count_train_flops(ours, *batch) == expected
+    assert benchmark.count_train_flops(theirs, *batch) == expected
+
+
+def test_baseline_gives_finite_logits_and_ignores_padding_like_ours():
+    from transformer_book.config import TransformerConfig
+
+    cfg = TransformerConfig.tiny(src_vocab_size=50, tgt_vocab_size=50)
+    torch.manual_seed(0)
+    model = benchmark.TorchTransformerBaseline(cfg).eval()
+    src = torch.tensor([[5, 6, 7, 0, 0]])
+    tgt = torch.tensor([[1, 8, 9]])
+    logits = model(src, tgt)
+    assert logits.shape == (1, 3, 50) and torch.isfinite(logits).all()
+    # the padded source gives the same logits as the unpadded one: the masks point the right way
+    torch.testing.assert_close(model(src[:, :3], tgt), logits)

@@ -586,14 +586,18 @@ def count_train_flops(model: nn.Module, src: Tensor, tgt_in: Tensor, tgt_out: Te
                       *, pad_id: int = 0, amp_dtype: torch.dtype | None = None) -> int:
     """Floating-point operations of one forward + backward pass, as PyTorch counts them.
 
-    Uses ``torch.utils.flop_counter.FlopCounterMode``, which adds up matrix products and
-    attention (2 FLOPs per multiply-add); element-wise work (softmax, LayerNorm, the optimiser)
-    is not counted, as is usual for "model FLOPs".
+    Uses ``torch.utils.flop_counter.FlopCounterMode``, which adds up matrix products (2 FLOPs
+    per multiply-add); element-wise work (softmax, LayerNorm, the optimiser) is not counted, as
+    is usual for "model FLOPs". The counting pass runs PyTorch's attention through its "math"
+    backend, made of plain matrix products, because the counter has no formula for the fused
+    CPU kernel; the FLOPs are the same, only the kernel differs.
     """
+    from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.utils.flop_counter import FlopCounterMode
 
     counter = FlopCounterMode(display=False)
-    with counter, torch.autocast(src.device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
+    with counter, sdpa_kernel(SDPBackend.MATH), torch.autocast(
+            src.device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
         logits = model(src, tgt_in)
         loss = F.cross_entropy(logits.flatten(0, 1).float(), tgt_out.flatten(),
                                ignore_index=pad_id, label_smoothing=0.1)
