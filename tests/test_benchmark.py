@@ -114,3 +114,32 @@ def test_baseline_gives_finite_logits_and_ignores_padding_like_ours():
     assert logits.shape == (1, 3, 50) and torch.isfinite(logits).all()
     # the padded source gives the same logits as the unpadded one: the masks point the right way
     torch.testing.assert_close(model(src[:, :3], tgt), logits)
+
+
+def test_source_batches_sort_pad_and_keep_positions():
+    sources = [[5, 6, 7], [5], [5, 6]]
+    batches = benchmark.source_batches(sources, 2, pad_id=0, eos_id=2)
+    assert [idx for idx, _ in batches] == [[1, 2], [0]]
+    assert batches[0][1].tolist() == [[5, 2, 0], [5, 6, 2]]
+    assert batches[1][1].tolist() == [[5, 6, 7, 2]]
+
+
+def test_decoding_with_unreachable_eos_runs_fixed_length_and_cache_agrees():
+    from transformer_book.config import TransformerConfig
+    from transformer_book.model import Transformer
+
+    torch.manual_seed(0)
+    model = Transformer(TransformerConfig.tiny(src_vocab_size=300, tgt_vocab_size=300)).eval()
+    benchmark.make_eos_unreachable(model, 2)
+    g = torch.Generator().manual_seed(0)
+    sources = [torch.randint(3, 300, (n,), generator=g).tolist() for n in (4, 7, 5)]
+    batches = benchmark.source_batches(sources, 2, pad_id=0, eos_id=2)
+    methods = {"greedy": {}, "greedy, no cache": {"use_cache": False},
+               "beam": {"beam_size": 3}, "beam, no cache": {"beam_size": 3, "use_cache": False}}
+    res = benchmark.measure_decoding(model, batches, methods, bos_id=1, eos_id=2,
+                                     max_new_tokens=6)
+    for r in res.values():
+        assert r["sentences"] == 3 and r["tokens"] == 3 * 6  # every sentence ran 6 steps
+        assert all(out[0] == 1 and 2 not in out for out in r["outputs"])
+    assert res["greedy"]["outputs"] == res["greedy, no cache"]["outputs"]
+    assert res["beam"]["outputs"] == res["beam, no cache"]["outputs"]
