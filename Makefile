@@ -1,6 +1,7 @@
 # The two commands of the README:
 #   make book   set up .venv if missing or stale, then build the HTML book into _build/html
-#   make test   same set-up, then lint, unit tests, strict nbval over every chapter, strict build
+#   make test   same set-up, then lint, unit tests, strict nbval over every chapter, strict build,
+#               and the browser check of every built page
 # Everything else here is a helper of those two.
 
 PYTHON ?= python3
@@ -10,10 +11,18 @@ STAMP  := $(VENV)/.installed
 # The Multi30k copy the training chapter reads; unset means "download into the user cache".
 export MULTI30K_DIR ?=
 
-.PHONY: book test lint unit nbval build execute clean
+.PHONY: book test lint unit nbval build browser execute clean
 
 # A venv is stale when requirements.txt or pyproject.toml is newer than its stamp.
-$(STAMP): requirements.txt pyproject.toml
+# The book's JavaScript (MathJax, vega, vega-lite, vega-embed) is pinned in package-lock.json and
+# installed by `npm ci`; _ext/offline_assets.py serves it from the build (no CDN). npm ci writes
+# node_modules/.package-lock.json, so a changed lock file (or a deleted node_modules) reinstalls.
+NODE_STAMP := node_modules/.package-lock.json
+$(NODE_STAMP): package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+	touch $(NODE_STAMP)
+
+$(STAMP): requirements.txt pyproject.toml $(NODE_STAMP)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -r requirements.txt
@@ -39,7 +48,11 @@ nbval: $(STAMP)
 	$(BIN)/python -m pytest --nbval --nbval-current-env --sanitize-with nbval_sanitize.cfg \
 		-p no:cacheprovider -q chapters
 
-test: lint unit nbval build
+# Every page of the built book opened in Debian's Chromium (tests/browser; after build).
+browser: build
+	$(BIN)/python -m pytest tests/browser -q
+
+test: lint unit nbval build browser
 
 # Re-execute notebooks in place (after editing a chapter): make execute NB=chapters/01_rnn_limitations.ipynb
 NB ?= chapters/*.ipynb
