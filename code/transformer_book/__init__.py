@@ -8,12 +8,40 @@ from transformer_book.attention import (
     fast_scaled_dot_product_attention,
     scaled_dot_product_attention,
 )
+from transformer_book.config import TransformerConfig
+from transformer_book.layers import (
+    AddNorm,
+    Decoder,
+    DecoderLayer,
+    Encoder,
+    EncoderLayer,
+    PositionwiseFeedForward,
+    SublayerConnection,
+)
 from transformer_book.masks import causal_mask, check_mask, padding_mask
+from transformer_book.model import DecoderCache, Transformer
+from transformer_book.positional import (
+    LearnedPositionalEmbedding,
+    PositionalEncoding,
+    sinusoidal_table,
+)
 from transformer_book.utils import describe_hardware, get_device, set_seed
 
 __all__ = [
+    "AddNorm",
+    "Decoder",
+    "DecoderCache",
+    "DecoderLayer",
+    "Encoder",
+    "EncoderLayer",
     "KVCache",
+    "LearnedPositionalEmbedding",
     "MultiHeadAttention",
+    "PositionalEncoding",
+    "PositionwiseFeedForward",
+    "SublayerConnection",
+    "Transformer",
+    "TransformerConfig",
     "causal_mask",
     "check_mask",
     "describe_hardware",
@@ -22,5 +50,6 @@ __all__ = [
     "padding_mask",
     "scaled_dot_product_attention",
     "set_seed",
+    "sinusoidal_table",
 ]
 __version__ = "0.1.0"

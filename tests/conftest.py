@@ -1,0 +1,56 @@
+"""Shared fixtures: a tiny Transformer trained on the copy task, used by test_model and
+test_decode (trained once per test session, about 10 s of CPU time)."""
+
+from dataclasses import dataclass
+
+import pytest
+import torch
+import torch.nn.functional as F
+from transformer_book.config import TransformerConfig
+from transformer_book.model import Transformer
+
+# Copy task vocabulary: 0 = pad, 1 = BOS, 2 = EOS, 3..9 = symbols to copy.
+PAD, BOS, EOS, VOCAB, LENGTH = 0, 1, 2, 10, 6
+
+
+@dataclass
+class CopyTask:
+    model: Transformer
+    final_loss: float
+
+
+def copy_batch(n: int, generator: torch.Generator | None = None):
+    """Source = a random symbol sequence; target = the same sequence followed by EOS."""
+    seq = torch.randint(3, VOCAB, (n, LENGTH), generator=generator)  # (n, LENGTH)
+    tgt_in = torch.cat([torch.full((n, 1), BOS), seq], dim=1)  # (n, LENGTH + 1): shifted right
+    tgt_out = torch.cat([seq, torch.full((n, 1), EOS)], dim=1)  # (n, LENGTH + 1)
+    return seq, tgt_in, tgt_out
+
+
+@pytest.fixture(scope="session")
+def copy_task() -> CopyTask:
+    """Train the tiny preset on copying: 300 Adam steps (Sec. 5.3 betas), warm-up then decay."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # small matrices: one thread is as fast and does not fight others
+    try:
+        torch.manual_seed(0)
+        config = TransformerConfig.tiny(src_vocab_size=VOCAB, tgt_vocab_size=VOCAB, max_len=16)
+        model = Transformer(config)
+        steps = 300
+        opt = torch.optim.Adam(model.parameters(), lr=5e-3, betas=(0.9, 0.98), eps=1e-9)
+        sched = torch.optim.lr_scheduler.LambdaLR(
+            opt, lambda s: min(1.0, (s + 1) / 30) * max(0.0, 1 - s / steps)
+        )
+        model.train()
+        for _ in range(steps):
+            src, tgt_in, tgt_out = copy_batch(64)
+            logits = model(src, tgt_in)  # (64, LENGTH + 1, VOCAB)
+            loss = F.cross_entropy(logits.reshape(-1, VOCAB), tgt_out.reshape(-1))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            sched.step()
+        model.eval()
+        return CopyTask(model=model, final_loss=loss.item())
+    finally:
+        torch.set_num_threads(threads)
