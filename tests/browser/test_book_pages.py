@@ -118,7 +118,7 @@ def browser_context():
         def route(r):
             url = r.request.url
             parsed = urlparse(url)
-            if parsed.scheme in {"data", "blob", "about"} or parsed.hostname in LOCAL_HOSTS:
+            if parsed.scheme in {"data", "blob", "about", "file"} or parsed.hostname in LOCAL_HOSTS:
                 r.continue_()
             else:
                 blocked.append(url)
@@ -144,8 +144,11 @@ async (chartTimeoutMs) => {
     await MathJax.startup.promise;
   }
   const charts = () => Array.from(document.querySelectorAll('div[id^="altair-viz-"]'));
-  const drawn = (d) => Array.from(d.querySelectorAll('canvas, svg.marks'))
-      .some((el) => el.getBoundingClientRect().width > 0 && el.getBoundingClientRect().height > 0);
+  // Drawn: vega-embed put a canvas or svg with a size in it (by attribute too: a chart inside a
+  // collapsed dropdown is drawn but has no layout box).
+  const sized = (el) => (el.getBoundingClientRect().width > 0 && el.getBoundingClientRect().height > 0)
+      || (Number(el.getAttribute('width')) > 0 && Number(el.getAttribute('height')) > 0);
+  const drawn = (d) => Array.from(d.querySelectorAll('canvas, svg.marks')).some(sized);
   const start = Date.now();
   while (charts().some((d) => !drawn(d) && !d.querySelector('.error'))
          && Date.now() - start < chartTimeoutMs) {
@@ -189,6 +192,66 @@ async (chartTimeoutMs) => {
 """
 
 
+def _open(context, url: str, problems: list[str], screenshot: str | None = None) -> dict:
+    """Load url in a new tab, inspect it (INSPECT_JS), record load problems; screenshot it."""
+    console: list[str] = []
+    missing: list[str] = []
+    context.blocked.clear()
+    page = context.new_page()
+    page.set_default_timeout(60_000)
+    page.on("console", lambda m: console.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: console.append(f"uncaught {e}"))
+    page.on(
+        "response",
+        lambda r: missing.append(f"{r.status} {r.url}") if r.status >= 400 else None,
+    )
+    try:
+        page.goto(url, wait_until="load")
+        report = page.evaluate(INSPECT_JS, CHART_TIMEOUT_MS)
+        if screenshot:
+            SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+            shot = SCREENSHOTS / (screenshot.removesuffix(".html").replace("/", "__") + ".png")
+            page.screenshot(path=str(shot), full_page=True)
+    finally:
+        page.close()
+    for blocked in context.blocked:
+        problems.append(f"requested a non-local host (blocked): {blocked}")
+    for text in missing:
+        problems.append(f"local file missing: {text}")
+    for text in console:
+        problems.append(f"console error: {text}")
+    return report
+
+
+def _check_content(html: str, report: dict, problems: list[str]) -> None:
+    """Math typeset, charts drawn, images loaded."""
+    # Math: every .math element typeset, no MathJax error, no $$ left in the text.
+    if report["math"] and not report["mathjax"]:
+        problems.append(f"{len(report['math'])} math blocks but MathJax did not load")
+    for m in report["math"]:
+        if not m["typeset"]:
+            problems.append(f"math not typeset: {m['source']!r}")
+        if m["error"]:
+            problems.append(f"MathJax error {m['error']!r} in {m['source']!r}")
+    for text in report["rawDollars"]:
+        problems.append(f"raw $$ left in the text (math not parsed): {text!r}")
+
+    # Charts: the altair outputs in the page source must all be in the page, and drawn.
+    source_charts = len(re.findall(r'<div id="altair-viz-', html))
+    if source_charts != len(report["charts"]):
+        problems.append(
+            f"{source_charts} altair charts in the HTML, {len(report['charts'])} in the page"
+        )
+    for c in report["charts"]:
+        if not c["drawn"]:
+            why = c["error"] or f"no canvas/svg after {CHART_TIMEOUT_MS // 1000} s"
+            problems.append(f"altair chart #{c['id']} did not draw: {why}")
+
+    for img in report["images"]:
+        if not img["ok"]:
+            problems.append(f"image did not load: {img['src']}")
+
+
 def _check_links(docname: str, links: list[dict], problems: list[str]) -> None:
     base = f"http://book.invalid/{docname}"
     for link in links:
@@ -223,60 +286,8 @@ def test_page(docname, server, browser_context):
             f"{docname} redirects to a missing page {redirect.group(1)}"
         )
         return
-    console: list[str] = []
-    missing: list[str] = []
-    blocked = browser_context.blocked
-    blocked.clear()
-
-    page = browser_context.new_page()
-    page.set_default_timeout(60_000)
-    page.on("console", lambda m: console.append(m.text) if m.type == "error" else None)
-    page.on("pageerror", lambda e: console.append(f"uncaught {e}"))
-    page.on(
-        "response",
-        lambda r: missing.append(f"{r.status} {r.url}") if r.status >= 400 else None,
-    )
-    try:
-        page.goto(server + docname, wait_until="load")
-        report = page.evaluate(INSPECT_JS, CHART_TIMEOUT_MS)
-        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-        shot = SCREENSHOTS / (docname.removesuffix(".html").replace("/", "__") + ".png")
-        page.screenshot(path=str(shot), full_page=True)
-    finally:
-        page.close()
-
-    for url in blocked:
-        problems.append(f"requested a non-local host (blocked): {url}")
-    for url in missing:
-        problems.append(f"local file missing: {url}")
-    for text in console:
-        problems.append(f"console error: {text}")
-
-    # Math: every .math element typeset, no MathJax error, no $$ left in the text.
-    if report["math"] and not report["mathjax"]:
-        problems.append(f"{len(report['math'])} math blocks but MathJax did not load")
-    for m in report["math"]:
-        if not m["typeset"]:
-            problems.append(f"math not typeset: {m['source']!r}")
-        if m["error"]:
-            problems.append(f"MathJax error {m['error']!r} in {m['source']!r}")
-    for text in report["rawDollars"]:
-        problems.append(f"raw $$ left in the text (math not parsed): {text!r}")
-
-    # Charts: the number of altair outputs in the page source must all be drawn.
-    source_charts = len(re.findall(r'<div id="altair-viz-', html))
-    if source_charts != len(report["charts"]):
-        problems.append(
-            f"{source_charts} altair charts in the HTML, {len(report['charts'])} in the page"
-        )
-    for c in report["charts"]:
-        if not c["drawn"]:
-            why = c["error"] or f"no canvas/svg after {CHART_TIMEOUT_MS // 1000} s"
-            problems.append(f"altair chart #{c['id']} did not draw: {why}")
-
-    for img in report["images"]:
-        if not img["ok"]:
-            problems.append(f"image did not load: {img['src']}")
+    report = _open(browser_context, server + docname, problems, screenshot=docname)
+    _check_content(html, report, problems)
 
     # Reader features: previous/next, repository button; on notebook pages Colab and download.
     links = report["links"]
@@ -319,3 +330,21 @@ def test_book_is_built():
         files += [c["file"] for c in part.get("chapters", [])]
     missing = [f for f in files if f"{f}.html" not in PAGES]
     assert not missing, f"pages in _toc.yml but not in the build: {missing}"
+
+
+def test_book_opens_from_a_folder(browser_context):
+    """Offline means from a plain folder too: the richest page, opened as file://, renders."""
+    if not PAGES:
+        pytest.skip("no built book (test_book_is_built says so)")
+
+    def richness(docname: str) -> tuple[int, int]:
+        html = (BOOK_HTML / docname).read_text(encoding="utf-8")
+        return html.count('<div id="altair-viz-'), html.count('class="math')
+
+    docname = max(PAGES, key=richness)
+    problems: list[str] = []
+    report = _open(browser_context, (BOOK_HTML / docname).as_uri(), problems)
+    _check_content((BOOK_HTML / docname).read_text(encoding="utf-8"), report, problems)
+    assert not problems, f"{docname} from file://: {len(problems)} problem(s):\n  " + "\n  ".join(
+        problems
+    )
