@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import http.server
+import json
 import os
 import re
 import shutil
@@ -252,6 +253,19 @@ def _check_content(html: str, report: dict, problems: list[str]) -> None:
             problems.append(f"image did not load: {img['src']}")
 
 
+def _stored_charts(notebook: Path) -> int:
+    """Altair chart outputs in a notebook: text/html from altair, or a vega-lite MIME bundle."""
+    count = 0
+    for cell in json.loads(notebook.read_text(encoding="utf-8")).get("cells", []):
+        for output in cell.get("outputs", []):
+            data = output.get("data", {})
+            html = data.get("text/html", "")
+            html = "".join(html) if isinstance(html, list) else html
+            vegalite = any(key.startswith("application/vnd.vegalite") for key in data)
+            count += html.count('<div id="altair-viz-') or int(vegalite)
+    return count
+
+
 def _check_links(docname: str, links: list[dict], problems: list[str]) -> None:
     base = f"http://book.invalid/{docname}"
     for link in links:
@@ -300,7 +314,16 @@ def test_page(docname, server, browser_context):
         if repo_url not in hrefs:
             problems.append(f"no repository button linking {repo_url}")
     stem = docname.removesuffix(".html")
-    if (BOOK_HTML / "_sources" / f"{stem}.ipynb").is_file():
+    notebook = BOOK_HTML / "_sources" / f"{stem}.ipynb"
+    if notebook.is_file():
+        # Every chart output stored in the notebook is on the page (an output with only a
+        # vega-lite MIME bundle and no text/html would be dropped from the HTML silently).
+        stored = _stored_charts(notebook)
+        if len(report["charts"]) < stored:
+            problems.append(
+                f"the notebook stores {stored} altair chart outputs, the page shows "
+                f"{len(report['charts'])} (render charts as text/html: altair's default renderer)"
+            )
         expected, repo_path = _expected_colab(stem)
         colab = [h for h in hrefs if "colab.research.google.com" in h]
         if colab != [expected]:
