@@ -9,6 +9,7 @@ from transformer_book.attention import (
     scaled_dot_product_attention,
 )
 from transformer_book.config import TransformerConfig
+from transformer_book.decode import beam_search, greedy_decode, length_penalty_gnmt, to_lists
 from transformer_book.layers import (
     AddNorm,
     Decoder,
@@ -42,14 +43,18 @@ __all__ = [
     "SublayerConnection",
     "Transformer",
     "TransformerConfig",
+    "beam_search",
     "causal_mask",
     "check_mask",
     "describe_hardware",
     "fast_scaled_dot_product_attention",
     "get_device",
+    "greedy_decode",
+    "length_penalty_gnmt",
     "padding_mask",
     "scaled_dot_product_attention",
     "set_seed",
     "sinusoidal_table",
+    "to_lists",
 ]
 __version__ = "0.1.0"
