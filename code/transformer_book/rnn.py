@@ -1,0 +1,440 @@
+"""Recurrent networks, the baseline the Transformer replaces (Sec. 1 and Sec. 4 of the paper).
+
+Chapter 1 builds these pieces to measure what attention fixes:
+
+- :class:`ElmanRNN`, the simple recurrent network of Elman (1990) written from its equations
+  ``h_t = tanh(x_t U + h_{t-1} W + b)``, ``o_t = h_t V``;
+- a toy sequence-to-sequence task (:func:`copy_task_batch`): copy or reverse random tokens;
+- :class:`Seq2Seq`, a GRU encoder-decoder (Cho et al., 2014; Sutskever et al., 2014) that passes
+  the source to the decoder either through one fixed-size vector (the "bottleneck") or also
+  through :class:`AdditiveAttention` over all encoder states (Bahdanau et al., 2015);
+- :func:`train_seq2seq` and :func:`token_accuracy`, a minimal training loop and its metric.
+
+Shapes are batch first: ``B`` batch, ``L`` target length, ``S`` source length.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+__all__ = [
+    "AdditiveAttention",
+    "ElmanRNN",
+    "Seq2Seq",
+    "copy_task_batch",
+    "token_accuracy",
+    "train_seq2seq",
+]
+
+_NONLINEARITIES = {"tanh": torch.tanh, "identity": lambda z: z}
+
+
+class ElmanRNN(nn.Module):
+    """Elman's simple recurrent network, named after its equations (Sec. 1 of the paper).
+
+    ``h_t = f(x_t U + h_{t-1} W + b)`` and ``o_t = h_t V``, one step after the other. With
+    ``nonlinearity="tanh"`` (the default) this is exactly ``nn.RNN(nonlinearity="tanh")``
+    followed by a linear read-out without bias; ``"identity"`` gives the linear form that the
+    study notes write, which can only represent linear functions of the input.
+
+    Args:
+        input_size: size of each input vector ``x_t``.
+        hidden_size: size of the hidden state ``h_t``.
+        output_size: size of each output ``o_t``.
+        nonlinearity: ``"tanh"`` (Elman) or ``"identity"`` (no nonlinearity).
+
+    Attributes:
+        U: input-to-hidden weights, shape ``(input_size, hidden_size)``.
+        W: hidden-to-hidden weights, shape ``(hidden_size, hidden_size)``.
+        b: hidden bias, shape ``(hidden_size,)``.
+        V: hidden-to-output weights, shape ``(hidden_size, output_size)``.
+    """
+
+    def __init__(
+        self, input_size: int, hidden_size: int, output_size: int, nonlinearity: str = "tanh"
+    ) -> None:
+        super().__init__()
+        for name, value in [("input_size", input_size), ("hidden_size", hidden_size),
+                            ("output_size", output_size)]:
+            if value < 1:
+                raise ValueError(f"{name} must be positive, got {value}")
+        if nonlinearity not in _NONLINEARITIES:
+            raise ValueError(
+                f"nonlinearity must be one of {sorted(_NONLINEARITIES)}, got {nonlinearity!r}"
+            )
+        self.input_size = input_size
+        self.hidden_size = hidden_size
+        self.output_size = output_size
+        self.nonlinearity = nonlinearity
+        # The weights multiply from the right (x_t U), as in the equations; nn.RNN stores the
+        # transposes (weight_ih_l0 = U.T, weight_hh_l0 = W.T).
+        self.U = nn.Parameter(torch.empty(input_size, hidden_size))
+        self.W = nn.Parameter(torch.empty(hidden_size, hidden_size))
+        self.b = nn.Parameter(torch.empty(hidden_size))
+        self.V = nn.Parameter(torch.empty(hidden_size, output_size))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Uniform in ``[-1/sqrt(hidden_size), 1/sqrt(hidden_size)]``, as ``nn.RNN`` does."""
+        bound = 1.0 / math.sqrt(self.hidden_size)
+        for p in self.parameters():
+            nn.init.uniform_(p, -bound, bound)
+
+    def hidden_states(self, x: torch.Tensor, h0: torch.Tensor | None = None) -> torch.Tensor:
+        """The recurrence alone, ``h_t = f(x_t U + h_{t-1} W + b)``, one step at a time.
+
+        This is the "recurrent layer" of Table 1 of the paper: no read-out ``V``.
+
+        Args:
+            x: input sequence.
+            h0: initial hidden state; zeros when ``None``.
+
+        Returns:
+            the hidden state ``h_t`` after every step.
+
+        Shape:
+            - x: ``(B, L, input_size)``
+            - h0: ``(B, hidden_size)``
+            - returns ``(B, L, hidden_size)``
+        """
+        if x.dim() != 3 or x.shape[-1] != self.input_size:
+            raise ValueError(
+                f"x must have shape (B, L, input_size={self.input_size}), got {tuple(x.shape)}"
+            )
+        if x.shape[1] == 0:
+            raise ValueError("x is an empty sequence (L = 0)")
+        B, L, _ = x.shape
+        if h0 is None:
+            h = x.new_zeros(B, self.hidden_size)
+        elif h0.shape != (B, self.hidden_size):
+            raise ValueError(
+                f"h0 must have shape (B={B}, hidden_size={self.hidden_size}), got {tuple(h0.shape)}"
+            )
+        else:
+            h = h0
+        f = _NONLINEARITIES[self.nonlinearity]
+        # x U for every step at once: it does not depend on h, so only h W is sequential.
+        xu = x @ self.U + self.b  # (B, L, hidden)
+        states = []
+        for t in range(L):  # step t waits for step t-1: L sequential operations
+            h = f(xu[:, t] + h @ self.W)  # (B, hidden)
+            states.append(h)
+        return torch.stack(states, dim=1)  # (B, L, hidden)
+
+    def forward(
+        self, x: torch.Tensor, h0: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Run the network over the whole sequence: hidden states, then outputs ``o_t = h_t V``.
+
+        Args:
+            x: input sequence.
+            h0: initial hidden state; zeros when ``None``.
+
+        Returns:
+            ``(o, h)``: the outputs ``o_t`` and the hidden states ``h_t`` for every step.
+
+        Shape:
+            - x: ``(B, L, input_size)``
+            - h0: ``(B, hidden_size)``
+            - o: ``(B, L, output_size)``
+            - h: ``(B, L, hidden_size)``
+        """
+        hs = self.hidden_states(x, h0)  # (B, L, hidden)
+        return hs @ self.V, hs  # (B, L, output), (B, L, hidden)
+
+
+def copy_task_batch(
+    batch_size: int,
+    length: int,
+    vocab_size: int,
+    *,
+    reverse: bool = False,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A batch of the toy copy (or reverse) task: the target is the source, in (reverse) order.
+
+    Token 0 is the beginning-of-sequence token fed to the decoder first; source symbols are drawn
+    uniformly from ``1 .. vocab_size - 1``. All sequences in a batch share one length, so no
+    padding (and no padding mask) is needed.
+
+    Args:
+        batch_size: number of sequences ``B``.
+        length: sequence length (the same for source and target).
+        vocab_size: number of token ids, including the BOS id 0.
+        reverse: if True the target is the source reversed.
+        generator: random generator, for reproducible batches.
+
+    Returns:
+        ``(src, tgt_in, tgt_out)``: the source, the decoder input (BOS then the target shifted
+        right, for teacher forcing) and the target.
+
+    Shape:
+        all three ``(B, length)``, dtype ``torch.long``.
+    """
+    if batch_size < 1 or length < 1:
+        raise ValueError(f"batch_size and length must be positive, got {batch_size}, {length}")
+    if vocab_size < 2:
+        raise ValueError(f"vocab_size must be at least 2 (BOS and one symbol), got {vocab_size}")
+    src = torch.randint(1, vocab_size, (batch_size, length), generator=generator)
+    tgt_out = src.flip(1) if reverse else src.clone()
+    bos = torch.zeros(batch_size, 1, dtype=torch.long)
+    tgt_in = torch.cat([bos, tgt_out[:, :-1]], dim=1)
+    return src, tgt_in, tgt_out
+
+
+class AdditiveAttention(nn.Module):
+    """Additive ("Bahdanau") attention of an RNN decoder over encoder states.
+
+    ``e_ij = v^T tanh(W_s s_i + W_h h_j)``, ``a_i = softmax_j(e_ij)``, ``c_i = sum_j a_ij h_j``
+    (Bahdanau et al., 2015, Sec. 3.1 and App. A). The Transformer replaces the small network
+    that scores each pair by a scaled dot product (Eq. (1) of the paper, chapter 2). No mask:
+    every source position is attended to, so the sources of a batch must share one length.
+
+    Args:
+        query_size: size of each decoder state ``s_i``.
+        key_size: size of each encoder state ``h_j``.
+        attn_size: size of the hidden layer of the scoring network.
+    """
+
+    def __init__(self, query_size: int, key_size: int, attn_size: int) -> None:
+        super().__init__()
+        self.query_proj = nn.Linear(query_size, attn_size, bias=False)  # W_s
+        self.key_proj = nn.Linear(key_size, attn_size, bias=True)  # W_h (and a bias)
+        self.score = nn.Linear(attn_size, 1, bias=False)  # v
+
+    def forward(
+        self, query: torch.Tensor, keys: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Weights over the encoder states for every decoder state, and the contexts they give.
+
+        Args:
+            query: the decoder states.
+            keys: the encoder states, also used as values.
+
+        Returns:
+            ``(context, weights)``; each row of ``weights`` sums to 1.
+
+        Shape:
+            - query: ``(B, L, query_size)``
+            - keys: ``(B, S, key_size)``
+            - context: ``(B, L, key_size)``
+            - weights: ``(B, L, S)``
+        """
+        if query.dim() != 3 or keys.dim() != 3 or query.shape[0] != keys.shape[0]:
+            raise ValueError(
+                f"query must be (B, L, query_size) and keys (B, S, key_size) with the same B, "
+                f"got {tuple(query.shape)} and {tuple(keys.shape)}"
+            )
+        q = self.query_proj(query)[:, :, None]  # (B, L, 1, attn)
+        k = self.key_proj(keys)[:, None]  # (B, 1, S, attn)
+        scores = self.score(torch.tanh(q + k)).squeeze(-1)  # (B, L, S)
+        weights = torch.softmax(scores.float(), dim=-1).to(keys.dtype)  # (B, L, S)
+        return weights @ keys, weights  # (B, L, key_size), (B, L, S)
+
+
+class Seq2Seq(nn.Module):
+    """GRU encoder-decoder, with or without attention (Sec. 1 and Sec. 2 of the paper).
+
+    Without attention (``attention=False``) the decoder sees the source only through the
+    encoder's last hidden state, one vector of ``hidden_size`` numbers whatever the source length
+    (Cho et al., 2014; Sutskever et al., 2014). With attention, each decoder state also reads a
+    context vector, an :class:`AdditiveAttention` average of all encoder states, and predicts the
+    next token from both (Bahdanau et al., 2015). Both start the decoder from the encoder's last
+    state and use a unidirectional encoder, so the only difference between them is the attention.
+
+    Departure from Bahdanau et al.: the context is computed from the decoder's *current* state
+    ``s_i`` and used at the output, as in Luong et al. (2015), instead of from ``s_{i-1}`` and fed
+    into the GRU. The decoder GRU then does not depend on the context, so teacher-forced
+    training runs it over the whole target in one call, which keeps the chapter fast.
+
+    Args:
+        vocab_size: number of token ids (source and target share them).
+        embed_size: size of the token embeddings.
+        hidden_size: size of the encoder and decoder GRU states.
+        attention: whether the decoder attends over the encoder states.
+    """
+
+    def __init__(
+        self, vocab_size: int, embed_size: int, hidden_size: int, attention: bool = False
+    ) -> None:
+        super().__init__()
+        self.vocab_size = vocab_size
+        self.hidden_size = hidden_size
+        self.embed = nn.Embedding(vocab_size, embed_size)
+        self.encoder = nn.GRU(embed_size, hidden_size, batch_first=True)
+        self.decoder = nn.GRU(embed_size, hidden_size, batch_first=True)
+        self.attention = (
+            AdditiveAttention(hidden_size, hidden_size, hidden_size) if attention else None
+        )
+        self.generator = nn.Linear(hidden_size * (2 if attention else 1), vocab_size)
+
+    def _check_tokens(self, name: str, tokens: torch.Tensor) -> None:
+        if tokens.dim() != 2 or tokens.dtype != torch.long:
+            raise ValueError(
+                f"{name} must be a (B, length) tensor of torch.long token ids, "
+                f"got shape {tuple(tokens.shape)} and dtype {tokens.dtype}"
+            )
+        if tokens.shape[1] == 0:
+            raise ValueError(f"{name} is empty (length 0)")
+        if tokens.min() < 0 or tokens.max() >= self.vocab_size:
+            raise ValueError(f"{name} has token ids outside 0 .. {self.vocab_size - 1}")
+
+    def encode(self, src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """All encoder states, and the last one (the fixed-size summary that starts the decoder).
+
+        Shape:
+            - src: ``(B, S)``
+            - returns ``(states (B, S, hidden), last (1, B, hidden))``
+        """
+        self._check_tokens("src", src)
+        return self.encoder(self.embed(src))  # (B, S, hidden), (1, B, hidden)
+
+    def decode(
+        self, tgt_in: torch.Tensor, states: torch.Tensor, s0: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """Logits for each next token given the decoder inputs and the encoder's output.
+
+        Returns:
+            ``(logits, s_last, weights)``; ``weights`` is None without attention.
+
+        Shape:
+            - tgt_in: ``(B, L)``; states: ``(B, S, hidden)``; s0: ``(1, B, hidden)``
+            - logits: ``(B, L, vocab_size)``; s_last: ``(1, B, hidden)``; weights: ``(B, L, S)``
+        """
+        s, s_last = self.decoder(self.embed(tgt_in), s0)  # (B, L, hidden), (1, B, hidden)
+        if self.attention is None:
+            return self.generator(s), s_last, None
+        context, weights = self.attention(s, states)  # (B, L, hidden), (B, L, S)
+        return self.generator(torch.cat([s, context], dim=-1)), s_last, weights
+
+    def forward(
+        self, src: torch.Tensor, tgt_in: torch.Tensor, return_weights: bool = False
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """Teacher-forced logits for every target position.
+
+        Args:
+            src: source token ids.
+            tgt_in: decoder inputs (BOS, then the target shifted right).
+            return_weights: also return the attention weights (needs ``attention=True``).
+
+        Returns:
+            logits, or ``(logits, weights)`` with ``return_weights=True``.
+
+        Shape:
+            - src: ``(B, S)``; tgt_in: ``(B, L)``
+            - logits: ``(B, L, vocab_size)``; weights: ``(B, L, S)``
+        """
+        self._check_tokens("tgt_in", tgt_in)
+        if tgt_in.shape[0] != src.shape[0]:
+            raise ValueError(
+                f"src and tgt_in batch sizes differ: {src.shape[0]} != {tgt_in.shape[0]}"
+            )
+        if return_weights and self.attention is None:
+            raise ValueError("return_weights=True needs a model built with attention=True")
+        states, last = self.encode(src)
+        logits, _, weights = self.decode(tgt_in, states, last)
+        return (logits, weights) if return_weights else logits
+
+    @torch.no_grad()
+    def greedy_decode(self, src: torch.Tensor, length: int, bos_id: int = 0) -> torch.Tensor:
+        """Decode ``length`` tokens, one at a time, feeding back the most likely token.
+
+        Shape:
+            - src: ``(B, S)``
+            - returns ``(B, length)`` token ids
+        """
+        if length < 1:
+            raise ValueError(f"length must be positive, got {length}")
+        states, s = self.encode(src)
+        token = torch.full((src.shape[0], 1), bos_id, dtype=torch.long, device=src.device)
+        out = []
+        for _ in range(length):
+            logits, s, _ = self.decode(token, states, s)  # (B, 1, vocab)
+            token = logits.argmax(dim=-1)  # (B, 1)
+            out.append(token)
+        return torch.cat(out, dim=1)  # (B, length)
+
+
+def train_seq2seq(
+    model: Seq2Seq,
+    steps: int,
+    lengths: tuple[int, int],
+    *,
+    batch_size: int = 64,
+    lr: float = 3e-3,
+    reverse: bool = False,
+    seed: int = 0,
+) -> list[float]:
+    """Train ``model`` on the copy (or reverse) task with Adam and teacher forcing.
+
+    Each step draws one length uniformly from ``lengths[0] .. lengths[1]`` (inclusive) and a
+    batch of that length, from a generator seeded with ``seed``, so a run is reproducible.
+
+    Args:
+        model: the model to train (in place).
+        steps: number of optimizer steps.
+        lengths: the shortest and longest training length.
+        batch_size: sequences per step.
+        lr: Adam learning rate.
+        reverse: train on the reverse task instead of the copy task.
+        seed: seed of the data generator.
+
+    Returns:
+        the training loss (cross-entropy per token, in nats) of every step.
+    """
+    lo, hi = lengths
+    if not 1 <= lo <= hi:
+        raise ValueError(f"lengths must satisfy 1 <= lo <= hi, got {lengths}")
+    gen = torch.Generator().manual_seed(seed)
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    model.train()
+    losses = []
+    for _ in range(steps):
+        length = int(torch.randint(lo, hi + 1, (1,), generator=gen))
+        src, tgt_in, tgt_out = copy_task_batch(
+            batch_size, length, model.vocab_size, reverse=reverse, generator=gen
+        )
+        logits = model(src, tgt_in)  # (B, L, vocab)
+        loss = F.cross_entropy(logits.flatten(0, 1), tgt_out.flatten())
+        opt.zero_grad()
+        loss.backward()
+        # Clipping keeps the occasional exploding gradient of a recurrent net from derailing
+        # training (Pascanu et al., 2013).
+        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        losses.append(loss.item())
+    model.eval()
+    return losses
+
+
+@torch.no_grad()
+def token_accuracy(
+    model: Seq2Seq,
+    length: int,
+    *,
+    num_sequences: int = 256,
+    reverse: bool = False,
+    seed: int = 1234,
+) -> float:
+    """Fraction of target tokens that greedy decoding gets right, at one sequence length.
+
+    Args:
+        model: a trained model.
+        length: the source (and target) length to test.
+        num_sequences: how many random test sequences.
+        reverse: test the reverse task instead of the copy task.
+        seed: seed of the test-data generator (keep it apart from the training seed).
+
+    Returns:
+        the accuracy, between 0 and 1.
+    """
+    gen = torch.Generator().manual_seed(seed + length)
+    src, _, tgt_out = copy_task_batch(
+        num_sequences, length, model.vocab_size, reverse=reverse, generator=gen
+    )
+    pred = model.greedy_decode(src, length)
+    return (pred == tgt_out).float().mean().item()
