@@ -253,17 +253,28 @@ def _check_content(html: str, report: dict, problems: list[str]) -> None:
             problems.append(f"image did not load: {img['src']}")
 
 
-def _stored_charts(notebook: Path) -> int:
-    """Altair chart outputs in a notebook: text/html from altair, or a vega-lite MIME bundle."""
-    count = 0
+IMAGE_MIMES = ("image/png", "image/jpeg", "image/svg+xml", "image/gif")
+
+
+def _stored_outputs(notebook: Path) -> tuple[int, int]:
+    """(altair charts, images) among a notebook's shown outputs.
+
+    A chart is altair's text/html output or a vega-lite MIME bundle; an image is an output whose
+    best representation is an image (no text/html beside it). Cells tagged remove-output or
+    remove-cell are not shown, so not counted.
+    """
+    charts = images = 0
     for cell in json.loads(notebook.read_text(encoding="utf-8")).get("cells", []):
+        if {"remove-output", "remove-cell"} & set(cell.get("metadata", {}).get("tags", [])):
+            continue
         for output in cell.get("outputs", []):
             data = output.get("data", {})
             html = data.get("text/html", "")
             html = "".join(html) if isinstance(html, list) else html
             vegalite = any(key.startswith("application/vnd.vegalite") for key in data)
-            count += html.count('<div id="altair-viz-') or int(vegalite)
-    return count
+            charts += html.count('<div id="altair-viz-') or int(vegalite)
+            images += int(not html and not vegalite and any(m in data for m in IMAGE_MIMES))
+    return charts, images
 
 
 def _check_links(docname: str, links: list[dict], problems: list[str]) -> None:
@@ -316,13 +327,19 @@ def test_page(docname, server, browser_context):
     stem = docname.removesuffix(".html")
     notebook = BOOK_HTML / "_sources" / f"{stem}.ipynb"
     if notebook.is_file():
-        # Every chart output stored in the notebook is on the page (an output with only a
+        # Every chart and figure stored in the notebook is on the page (an output with only a
         # vega-lite MIME bundle and no text/html would be dropped from the HTML silently).
-        stored = _stored_charts(notebook)
-        if len(report["charts"]) < stored:
+        stored_charts, stored_images = _stored_outputs(notebook)
+        if len(report["charts"]) < stored_charts:
             problems.append(
-                f"the notebook stores {stored} altair chart outputs, the page shows "
+                f"the notebook stores {stored_charts} altair chart outputs, the page shows "
                 f"{len(report['charts'])} (render charts as text/html: altair's default renderer)"
+            )
+        shown_images = sum("_images/" in (img["src"] or "") for img in report["images"])
+        if shown_images < stored_images:
+            problems.append(
+                f"the notebook stores {stored_images} image outputs (figures), the page shows "
+                f"{shown_images}"
             )
         expected, repo_path = _expected_colab(stem)
         colab = [h for h in hrefs if "colab.research.google.com" in h]
