@@ -13,12 +13,14 @@ aborted and recorded. For each page the test asserts:
 - every altair chart (`div#altair-viz-*`) has drawn: vega-embed put a canvas or svg of non-zero
   size in it;
 - every image loaded (naturalWidth > 0);
-- on notebook pages, the Colab link points at that notebook in the repository named by
-  _config.yml (and the notebook exists there), and the download button offers the .ipynb;
+- on notebook pages, every chart and figure stored in the notebook is on the page, the Colab
+  link points at that notebook in the repository named by _config.yml (and the notebook exists
+  there), and the download button offers the .ipynb;
 - previous/next navigation is present, and the repository button points at the repository;
 - every internal link resolves: the file exists and the #anchor exists in it.
 
 It saves one full-page screenshot per page under `<build>/screenshots/` (`_build/screenshots/`).
+The page with the most charts and math is also opened as file:// (the book read from a folder).
 """
 
 from __future__ import annotations
