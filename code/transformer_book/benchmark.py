@@ -47,11 +47,14 @@ __all__ = [
     "format_table",
     "gpu_peak_tflops",
     "loglog_slope",
+    "make_eos_unreachable",
     "matched_configs",
     "measure_attention",
     "measure_sequence_layers",
     "measure_train_throughput",
+    "operator_names",
     "peak_memory_bytes",
+    "source_batches",
     "sync",
     "synthetic_batch",
     "time_call",
@@ -141,6 +144,19 @@ def _quiet_stderr() -> Iterator[None]:
     finally:
         os.dup2(saved, 2)
         os.close(saved)
+
+
+def operator_names(fn: Callable[[], Any], contains: str = "") -> list[str]:
+    """The names of the PyTorch operators ``fn()`` ran (containing ``contains``), sorted.
+
+    Read from ``torch.profiler``; shows, for instance, which fused kernel
+    ``F.scaled_dot_product_attention`` dispatched to on this machine.
+    """
+    from torch.profiler import profile
+
+    with _quiet_stderr(), profile() as prof:
+        fn()
+    return sorted({e.name for e in prof.events() if contains in e.name})
 
 
 def _cpu_peak_bytes(fn: Callable[[], Any]) -> int:
