@@ -143,3 +143,10 @@ def test_decoding_with_unreachable_eos_runs_fixed_length_and_cache_agrees():
         assert all(out[0] == 1 and 2 not in out for out in r["outputs"])
     assert res["greedy"]["outputs"] == res["greedy, no cache"]["outputs"]
     assert res["beam"]["outputs"] == res["beam, no cache"]["outputs"]
+
+
+def test_operator_names_sees_the_attention_kernel():
+    q = torch.randn(1, 2, 8, 4)
+    names = benchmark.operator_names(
+        lambda: torch.nn.functional.scaled_dot_product_attention(q, q, q), "scaled_dot_product")
+    assert "aten::scaled_dot_product_attention" in names
