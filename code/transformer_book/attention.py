@@ -71,8 +71,9 @@ def scaled_dot_product_attention(
     """Eq. (1), Sec. 3.2.1: Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V, from scratch.
 
     Masked scores are filled with ``torch.finfo(dtype).min`` (not ``-1e9``, which overflows in
-    float16, nor ``-inf``, which gives NaN on fully masked rows); the softmax runs in float32 and
-    is cast back to the input dtype. A fully masked row yields zero weights and a zero output.
+    float16, nor ``-inf``, which gives NaN on fully masked rows); the softmax runs in float32 (in
+    float64 for float64 inputs) and is cast back to the input dtype. A fully masked row yields
+    zero weights and a zero output.
 
     Args:
         q: queries.
@@ -104,7 +105,9 @@ def scaled_dot_product_attention(
         # The most negative finite value of the dtype: exp() of it is exactly 0 after the max
         # is subtracted, and it cannot overflow the way -1e9 does in float16.
         scores = scores.masked_fill(~attn_mask, torch.finfo(scores.dtype).min)
-    weights = torch.softmax(scores.float(), dim=-1)  # (B, H, L, S), float32 for accuracy
+    # At least float32 for accuracy: float16/bfloat16 scores are upcast, float64 stays float64.
+    softmax_dtype = torch.promote_types(scores.dtype, torch.float32)
+    weights = torch.softmax(scores.to(softmax_dtype), dim=-1)  # (B, H, L, S)
     if attn_mask is not None:
         # A fully masked row would be uniform after the softmax; make it all zeros instead.
         weights = weights.masked_fill(~attn_mask, 0.0)
