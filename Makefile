@@ -10,6 +10,9 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 # The Multi30k copy the training chapter reads; unset means "download into the user cache".
 export MULTI30K_DIR ?=
+# Notebooks draw through the Jupyter kernel's inline backend; an inherited MPLBACKEND (e.g. Agg on a
+# headless CI machine) would replace it and plt.show() would store no figure at all.
+unexport MPLBACKEND
 
 .PHONY: book test lint unit nbval build browser execute clean
 
@@ -45,7 +48,7 @@ unit: $(STAMP)
 
 # Strict nbval: stored text outputs compared; only what nbval_sanitize.cfg rewrites is forgiven.
 nbval: $(STAMP)
-	$(BIN)/python -m pytest --nbval --nbval-current-env --sanitize-with nbval_sanitize.cfg \
+	$(BIN)/python -m pytest --nbval --nbval-current-env --nbval-sanitize-with nbval_sanitize.cfg \
 		-p no:cacheprovider -q chapters
 
 # Every page of the built book opened in Debian's Chromium (tests/browser; after build).
