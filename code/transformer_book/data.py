@@ -132,9 +132,11 @@ def default_cache_dir() -> Path:
     root = os.environ.get(ENV_CACHE_DIR)
     if root:
         return Path(root).expanduser() / "multi30k"
-    import pooch  # imported lazily: reading a local copy does not need it
+    # The same folder as pooch.os_cache("transformer_book"), without importing pooch (which
+    # imports tqdm.auto and, in a notebook without ipywidgets, prints a warning).
+    from platformdirs import user_cache_dir
 
-    return Path(pooch.os_cache("transformer_book")) / "multi30k"
+    return Path(user_cache_dir("transformer_book")) / "multi30k"
 
 
 def _how_to_supply(filename: str) -> str:
