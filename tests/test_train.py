@@ -12,6 +12,8 @@ from transformer_book.model import Transformer
 from transformer_book.train import (
     TrainConfig,
     Trainer,
+    amp_dtype,
+    average_state_dicts,
     corpus_bleu,
     label_smoothing_loss,
     load_checkpoint,
@@ -163,3 +165,58 @@ def test_bleu_signature():
     assert "case:mixed" in signature and "tok:13a" in signature
     with pytest.raises(ValueError, match="references"):
         corpus_bleu(["a"], ["a", "b"])
+
+
+def test_average_state_dicts():
+    a = {"w": torch.tensor([1.0, 3.0]), "n": torch.tensor(1)}
+    b = {"w": torch.tensor([3.0, 5.0]), "n": torch.tensor(2)}
+    mean = average_state_dicts([a, b])
+    torch.testing.assert_close(mean["w"], torch.tensor([2.0, 4.0]))
+    assert mean["n"].item() == 2  # integer buffers: the last one's
+    with pytest.raises(ValueError, match="other keys"):
+        average_state_dicts([a, {"w": a["w"]}])
+    with pytest.raises(ValueError, match="nothing to average"):
+        average_state_dicts([])
+
+
+def test_checkpoint_averaging_keeps_last_epochs_and_survives_resume(tmp_path):
+    full = _trainer(tmp_path / "full", average_last=2)
+    with pytest.raises(ValueError, match="average_last"):
+        full.averaged_state_dict()  # before any epoch has ended
+    full.fit()
+    assert [e for e, _ in full.snapshots] == [2, 3]
+    files = sorted(p.name for p in (tmp_path / "full").glob("weights_epoch*.pt"))
+    assert files == ["weights_epoch0002.pt", "weights_epoch0003.pt"]  # older ones deleted
+    averaged = full.averaged_state_dict()
+    expected = average_state_dicts([s for _, s in full.snapshots])
+    for k, v in averaged.items():
+        torch.testing.assert_close(v, expected[k], rtol=0, atol=0)
+    last = full.model.state_dict()
+    assert any(not torch.equal(v, last[k]) for k, v in averaged.items())  # not just the last
+
+    cut = _trainer(tmp_path / "cut", average_last=2, max_steps=full.step - 2)
+    cut.fit()
+    resumed = _trainer(tmp_path / "cut", average_last=2)
+    resumed.load_checkpoint(tmp_path / "cut" / "last.pt")
+    resumed.fit()
+    assert [e for e, _ in resumed.snapshots] == [2, 3]
+    for k, v in resumed.averaged_state_dict().items():
+        torch.testing.assert_close(v, averaged[k], rtol=0, atol=0, msg=k)
+
+
+def test_diverged_loss_raises_clearly(tmp_path):
+    trainer = _trainer(tmp_path, checkpoint_dir=None)
+    with torch.no_grad():
+        next(trainer.model.parameters()).fill_(float("nan"))
+    with pytest.raises(FloatingPointError, match="diverged"):
+        trainer.fit()
+
+
+def test_amp_dtype_is_none_on_cpu():
+    assert amp_dtype(torch.device("cpu")) is None
+
+
+def test_epoch_log_lines(tmp_path, capsys):
+    _trainer(tmp_path, checkpoint_dir=None, epochs=2, log_epochs=True).fit()
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("epoch")]
+    assert len(lines) == 2 and "val loss" in lines[0] and "tok/s" in lines[0]

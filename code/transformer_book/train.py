@@ -13,9 +13,15 @@ What the paper prescribes, and where it lives here:
 - Sec. 6.1: beam search with beam size 4 and length penalty alpha = 0.6, BLEU:
   :func:`translate`, :func:`corpus_bleu`.
 
+- Sec. 6.1: "we used a single model obtained by averaging the last 5 checkpoints":
+  ``TrainConfig.average_last`` keeps the weights of the last epochs and
+  :meth:`Trainer.averaged_state_dict` / :func:`average_state_dicts` average them.
+
 Departures, all optional and off or at the paper's value by default: gradient clipping
 (``TrainConfig.clip_grad_norm``), a multiplier on the learning-rate schedule
-(``TrainConfig.lr_factor``, 1.0 = the paper), bf16 autocast on CUDA (``TrainConfig.amp``).
+(``TrainConfig.lr_factor``, 1.0 = the paper), mixed precision on CUDA (``TrainConfig.amp``:
+bf16 autocast where the GPU has bf16 units, else fp16 autocast with a gradient scaler, e.g. on
+Colab's T4).
 """
 
 from __future__ import annotations
@@ -24,8 +30,10 @@ import dataclasses
 import math
 import os
 import random
+import sys
 import tempfile
 import time
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -169,8 +177,10 @@ class TrainConfig:
     checkpoint_dir: str | None = None  # where last.pt is written; None = no checkpoints
     seed: int = 0  # seeds the batch order (seed + epoch) and the model's dropout
     device: str | None = None  # None = transformer_book.get_device() (CUDA when available)
-    amp: bool = True  # bf16 autocast on CUDA (ignored on CPU)
+    amp: bool = True  # mixed precision on CUDA: bf16, or fp16 + loss scaling (ignored on CPU)
     progress: bool = True  # tqdm progress bar
+    log_epochs: bool = False  # print one summary line per epoch (for notebooks: no bar)
+    average_last: int = 1  # Sec. 6.1: keep the weights of the last n epochs to average (1 = off)
 
 
 @dataclass
@@ -259,12 +269,24 @@ class Trainer:
         self.epoch = 0  # current epoch
         self.batch_in_epoch = 0  # batches of the current epoch already trained on
         self.history = History()
+        if config.average_last < 1:
+            raise ValueError(f"average_last must be >= 1, got {config.average_last}")
+        # weights at the end of the last `average_last` epochs, as (epoch, CPU state dict)
+        self.snapshots: deque[tuple[int, dict]] = deque(maxlen=config.average_last)
+        self.amp_dtype = amp_dtype(self.device) if config.amp else None
+        # fp16 has a narrow exponent range: small gradients underflow unless the loss is scaled
+        self.scaler = torch.amp.GradScaler(
+            "cuda", enabled=self.amp_dtype == torch.float16
+        )
         torch.manual_seed(config.seed)  # dropout masks
 
     # ------------------------------------------------------------------ one step
     def _autocast(self):
-        on_cuda = self.device.type == "cuda" and self.config.amp
-        return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16, enabled=on_cuda)
+        return torch.autocast(
+            device_type=self.device.type,
+            dtype=self.amp_dtype or torch.bfloat16,
+            enabled=self.amp_dtype is not None,
+        )
 
     def train_step(self, batch) -> float:
         """One optimiser step on ``batch``; returns its label-smoothed loss per target token."""
@@ -273,11 +295,19 @@ class Trainer:
         with self._autocast():
             logits = self.model(batch.src, batch.tgt_in)  # (B, T, V)
         loss = label_smoothing_loss(logits, batch.tgt_out, self.config.label_smoothing, self.pad_id)
+        if not torch.isfinite(loss.detach()):
+            raise FloatingPointError(
+                f"training loss is {loss.detach().item()} at step {self.step + 1}: the run diverged. "
+                "Lower the learning rate (lr_factor), lengthen the warm-up or clip gradients "
+                "(clip_grad_norm), then resume from the last checkpoint."
+            )
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        self.scaler.scale(loss).backward()  # a no-op scaling unless fp16
         if self.config.clip_grad_norm is not None:
+            self.scaler.unscale_(self.optimizer)
             nn.utils.clip_grad_norm_(self.model.parameters(), self.config.clip_grad_norm)
-        self.optimizer.step()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
         self.scheduler.step()
         self.step += 1
         return float(loss.detach())
@@ -309,6 +339,7 @@ class Trainer:
         from tqdm import tqdm  # the plain bar: works in terminals and notebooks alike
 
         cfg = self.config
+        run_start = time.perf_counter()
         while not self._done():
             num_batches = self.train_data.num_batches(self.epoch)
             bar = tqdm(
@@ -317,9 +348,10 @@ class Trainer:
                 disable=not cfg.progress,
                 desc=f"epoch {self.epoch + 1}/{cfg.epochs}",
             )
-            tokens, t0 = 0, time.perf_counter()
+            tokens, t0, losses = 0, time.perf_counter(), []
             for batch in self.train_data.batches(self.epoch, start=self.batch_in_epoch):
                 loss = self.train_step(batch)
+                losses.append(loss)
                 tokens += batch.num_tgt_tokens
                 self.history.train_loss.append((self.step, loss))
                 self.history.lr.append((self.step, self.scheduler.get_last_lr()[0]))
@@ -329,6 +361,8 @@ class Trainer:
                 end_of_epoch = self.batch_in_epoch == num_batches
                 if end_of_epoch:  # move on before saving, so a resume starts the next epoch
                     self.epoch, self.batch_in_epoch = self.epoch + 1, 0
+                    if cfg.average_last > 1:
+                        self._snapshot()
                 if self.val_data is not None and (
                     (cfg.eval_every and self.step % cfg.eval_every == 0)
                     or (not cfg.eval_every and end_of_epoch)
@@ -347,7 +381,40 @@ class Trainer:
             if tokens:
                 rate = tokens / (time.perf_counter() - t0)
                 self.history.tokens_per_second.append((self.step, rate))
+                if cfg.log_epochs:
+                    val = self.history.val_loss[-1][1] if self.history.val_loss else float("nan")
+                    print(f"epoch {self.epoch:3}/{cfg.epochs}  step {self.step:6}  "
+                          f"train loss {sum(losses) / len(losses):.3f}  val loss {val:.3f}  "
+                          f"{rate:9,.0f} tok/s  {time.perf_counter() - run_start:6.0f} s",
+                          file=sys.stdout, flush=True)
         return self.history
+
+    # ------------------------------------------------------------------ averaging (Sec. 6.1)
+    def _snapshot(self) -> None:
+        """Keep this epoch's weights (on the CPU; and on disk, so a resumed run has them too)."""
+        state = {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
+        self.snapshots.append((self.epoch, state))
+        if self.config.checkpoint_dir:
+            folder = Path(self.config.checkpoint_dir)
+            atomic_torch_save(state, folder / f"weights_epoch{self.epoch:04d}.pt")
+            kept = {f"weights_epoch{e:04d}.pt" for e, _ in self.snapshots}
+            for old in folder.glob("weights_epoch*.pt"):
+                if old.name not in kept:
+                    old.unlink()
+
+    def averaged_state_dict(self) -> dict:
+        """Sec. 6.1: the mean of the weights kept at the end of the last ``average_last``
+        epochs (fewer if fewer epochs ran). Load it with ``model.load_state_dict``.
+
+        Raises:
+            ValueError: nothing was kept (``average_last`` is 1, or no epoch has ended).
+        """
+        if not self.snapshots:
+            raise ValueError(
+                "no epoch weights kept: set TrainConfig(average_last=n) with n > 1 "
+                "and train at least one whole epoch"
+            )
+        return average_state_dicts([state for _, state in self.snapshots])
 
     def _done(self) -> bool:
         cfg = self.config
@@ -375,6 +442,7 @@ class Trainer:
             "train_config": dataclasses.asdict(self.config),
             "history": self.history.as_dict(),
             "extra": self.extra,
+            "scaler": self.scaler.state_dict(),
         }
 
     def save_checkpoint(self, path: str | os.PathLike) -> None:
@@ -391,11 +459,49 @@ class Trainer:
         self.batch_in_epoch = state["batch_in_epoch"]
         self.history = History.from_dict(state["history"])
         self.extra.update(state.get("extra") or {})
+        self.snapshots.clear()
+        if self.config.average_last > 1 and self.config.checkpoint_dir:
+            for f in sorted(Path(self.config.checkpoint_dir).glob("weights_epoch*.pt")):
+                epoch = int(f.stem.removeprefix("weights_epoch"))
+                if epoch <= self.epoch:  # files from a longer, abandoned run do not count
+                    self.snapshots.append((epoch, torch.load(f, map_location="cpu",
+                                                             weights_only=True)))
+        if state.get("scaler") and self.scaler.is_enabled():  # empty unless it ran in fp16
+            self.scaler.load_state_dict(state["scaler"])
         rng = state["rng"]
         torch.set_rng_state(rng["torch"].cpu())
         random.setstate(_as_tuple(rng["python"]))
         if "cuda" in rng and torch.cuda.is_available():
             torch.cuda.set_rng_state_all([s.cpu() for s in rng["cuda"]])
+
+
+def amp_dtype(device: torch.device) -> torch.dtype | None:
+    """The autocast dtype for training on ``device``: bf16 on GPUs with bf16 units (Ampere and
+    later), fp16 on older CUDA GPUs such as Colab's T4, None (full precision) elsewhere."""
+    if device.type != "cuda":
+        return None
+    if torch.cuda.is_bf16_supported(including_emulation=False):
+        return torch.bfloat16
+    return torch.float16
+
+
+def average_state_dicts(states: Sequence[dict]) -> dict:
+    """Sec. 6.1: the element-wise mean of several state dicts of the same model (floating
+    tensors are averaged in float32 and cast back; integer buffers are taken from the last)."""
+    if not states:
+        raise ValueError("nothing to average: pass at least one state dict")
+    keys = states[-1].keys()
+    for i, state in enumerate(states):
+        if state.keys() != keys:
+            raise ValueError(f"state dict {i} has other keys than the last one: not one model")
+    out = {}
+    for k in keys:
+        last = states[-1][k]
+        if last.is_floating_point():
+            out[k] = (sum(s[k].float() for s in states) / len(states)).to(last.dtype)
+        else:
+            out[k] = last.clone()
+    return out
 
 
 def _as_tuple(x):
