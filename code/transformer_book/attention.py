@@ -233,6 +233,15 @@ class MultiHeadAttention(nn.Module):
         B, T, _ = x.shape
         return x.view(B, T, self.num_heads, self.d_k).transpose(1, 2)  # (B, H, T, Dk)
 
+    def _project(self, x: Tensor, *projections: nn.Linear) -> tuple[Tensor, ...]:
+        """``x`` through several projections at once: one matrix product with their weights
+        stacked (what nn.MultiheadAttention's in_proj does), the same maths as one product each,
+        fewer and larger kernels. Returns each result split into heads, (B, H, T, Dk)."""
+        weight = torch.cat([p.weight for p in projections])  # (n * D, D)
+        bias = None if projections[0].bias is None else torch.cat([p.bias for p in projections])
+        out = F.linear(x, weight, bias)  # (B, T, n * D)
+        return tuple(self._split_heads(part) for part in out.chunk(len(projections), dim=-1))
+
     def forward(
         self,
         query: Tensor,
@@ -270,6 +279,7 @@ class MultiHeadAttention(nn.Module):
         """
         self._check_input("query", query, None)
         B, L, _ = query.shape
+        q = None
         if kv_cache is not None and kv_cache.static and kv_cache.key is not None:
             if kv_cache.key.shape[0] != B:
                 raise ValueError(
@@ -283,8 +293,14 @@ class MultiHeadAttention(nn.Module):
                 raise ValueError(
                     f"key and value must have the same length, got {key.shape[1]} and {value.shape[1]}"
                 )
-            k = self._split_heads(self.k_proj(key))  # (B, H, S_new, Dk)
-            v = self._split_heads(self.v_proj(value))  # (B, H, S_new, Dk)
+            # Fewer, larger matrix products when inputs coincide (same maths as one each):
+            if query is key and key is value:  # self-attention: W^Q, W^K, W^V at once
+                q, k, v = self._project(query, self.q_proj, self.k_proj, self.v_proj)
+            elif key is value:  # encoder-decoder attention: W^K, W^V at once
+                k, v = self._project(key, self.k_proj, self.v_proj)  # (B, H, S_new, Dk) each
+            else:
+                k = self._split_heads(self.k_proj(key))  # (B, H, S_new, Dk)
+                v = self._split_heads(self.v_proj(value))  # (B, H, S_new, Dk)
             if kv_cache is not None:
                 if kv_cache.key is not None:  # not static: append the new positions
                     if kv_cache.key.shape[0] != B:
@@ -294,7 +310,8 @@ class MultiHeadAttention(nn.Module):
                     k = torch.cat([kv_cache.key, k], dim=2)  # (B, H, S_past + S_new, Dk)
                     v = torch.cat([kv_cache.value, v], dim=2)  # (B, H, S_past + S_new, Dk)
                 kv_cache.key, kv_cache.value = k, v
-        q = self._split_heads(self.q_proj(query))  # (B, H, L, Dk)
+        if q is None:
+            q = self._split_heads(self.q_proj(query))  # (B, H, L, Dk)
         S = k.shape[2]
         check_mask_shape(attn_mask, (B, self.num_heads, L, S))
 
