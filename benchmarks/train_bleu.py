@@ -1,0 +1,156 @@
+"""BLEU on Multi30k German -> English: train one configuration, score it with sacreBLEU.
+
+Trains ``transformer_book.Transformer`` with the recipe of chapter 8 (joint BPE, token-budget
+batches, label smoothing, Adam with the warm-up of Eq. 3) and reports cased, detokenised
+sacreBLEU on the validation set and on test 2016, with greedy decoding and with beam search
+(beam 4, length penalty 0.6, Sec. 6.1), for the weights of the last epoch and for the average
+of the last epochs' weights (Sec. 6.1 averages the last 5 checkpoints). It prints the hardware,
+the wall time and the sacreBLEU signature; ``--json`` also writes everything to a file.
+
+    .venv/bin/python benchmarks/train_bleu.py --quick                    # seconds: smoke test
+    .venv/bin/python benchmarks/train_bleu.py --preset base --epochs 40  # chapter 8's full run
+
+The book's target: test 2016 BLEU >= 40 with beam search from the full configuration (a GPU
+run). Several runs with different settings can share one GPU: start them side by side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import time
+from pathlib import Path
+
+import torch
+from transformer_book import describe_hardware, set_seed
+from transformer_book.config import TransformerConfig
+from transformer_book.data import load_multi30k
+from transformer_book.model import Transformer
+from transformer_book.tokenizer import load_or_train_tokenizer
+from transformer_book.train import TrainConfig, Trainer, corpus_bleu, prepare_corpus, translate
+
+PRESETS = ("tiny", "small", "base", "big")
+MODEL_FIELDS = ("d_model", "num_heads", "num_layers", "d_ff", "dropout", "attention_dropout",
+                "ffn_dropout")
+
+
+def main(argv: list[str] | None = None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--data-dir", help="Multi30k folder (default: $MULTI30K_DIR, else download)")
+    p.add_argument("--preset", choices=PRESETS, default="small")
+    for name in MODEL_FIELDS:
+        kind = float if "dropout" in name else int
+        p.add_argument(f"--{name.replace('_', '-')}", type=kind, help="override the preset")
+    p.add_argument("--norm-first", action="store_true",
+                   help="pre-norm sub-layers (chapter 5; the paper is post-norm)")
+    p.add_argument("--vocab-size", type=int, default=8000)
+    p.add_argument("--epochs", type=int, default=10)
+    p.add_argument("--max-tokens", type=int, default=4096, help="padded tokens per batch")
+    p.add_argument("--warmup-steps", type=int, default=4000)
+    p.add_argument("--lr-factor", type=float, default=1.0)
+    p.add_argument("--label-smoothing", type=float, default=0.1)
+    p.add_argument("--clip-grad-norm", type=float)
+    p.add_argument("--average-last", type=int, default=5,
+                   help="also score the mean of the last N epochs' weights (1 = off)")
+    p.add_argument("--beam-size", type=int, default=4)
+    p.add_argument("--length-penalty", type=float, default=0.6)
+    p.add_argument("--time-limit", type=float,
+                   help="stop after the epoch during which this many seconds have passed")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", help="cpu or cuda (default: cuda if available)")
+    p.add_argument("--threads", type=int, help="CPU threads")
+    p.add_argument("--name", default="run", help="label of this run in the output")
+    p.add_argument("--json", help="write the results to this file")
+    p.add_argument("--quick", action="store_true",
+                   help="tiny model, 2,000 training pairs, 100 sentences scored: a smoke test")
+    args = p.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    start = time.perf_counter()
+    train = load_multi30k("train", args.data_dir)
+    splits = {name: load_multi30k(name, args.data_dir) for name in ("val", "test_2016_flickr")}
+    tokenizer = load_or_train_tokenizer(train, vocab_size=args.vocab_size)
+    if args.quick:
+        args.preset, args.epochs, args.average_last = "tiny", 2, 2
+        train = dataclasses.replace(train, src=train.src[:2000], tgt=train.tgt[:2000])
+        splits = {k: dataclasses.replace(v, src=v.src[:100], tgt=v.tgt[:100])
+                  for k, v in splits.items()}
+    overrides = {k: getattr(args, k) for k in MODEL_FIELDS if getattr(args, k) is not None}
+    if args.norm_first:
+        overrides["norm_first"] = True
+    model_config = getattr(TransformerConfig, args.preset)(
+        src_vocab_size=tokenizer.vocab_size, tgt_vocab_size=tokenizer.vocab_size,
+        pad_id=tokenizer.pad_id, **overrides)
+    config = TrainConfig(max_tokens=args.max_tokens, epochs=args.epochs,
+                         warmup_steps=args.warmup_steps, lr_factor=args.lr_factor,
+                         label_smoothing=args.label_smoothing, clip_grad_norm=args.clip_grad_norm,
+                         average_last=args.average_last, seed=args.seed, device=args.device,
+                         progress=False, log_epochs=True)
+    train_data = prepare_corpus(tokenizer, train, config.max_tokens, seed=config.seed,
+                                max_len=model_config.max_len - 2)
+    val_data = prepare_corpus(tokenizer, splits["val"], config.max_tokens, shuffle=False)
+    set_seed(args.seed)
+    model = Transformer(model_config)
+    trainer = Trainer(model, train_data, config, model_config=model_config, val_data=val_data)
+    hardware = describe_hardware(trainer.device)
+    print(f"[{args.name}] {hardware}")
+    print(f"[{args.name}] {model.num_parameters():,} parameters; {model_config}")
+    print(f"[{args.name}] {config}", flush=True)
+
+    train_start = time.perf_counter()
+    for epoch in range(1, args.epochs + 1):  # epoch by epoch, so --time-limit can stop it
+        trainer.config = dataclasses.replace(config, epochs=epoch)
+        trainer.fit()
+        if args.time_limit and time.perf_counter() - train_start > args.time_limit:
+            print(f"[{args.name}] time limit reached after epoch {epoch}")
+            break
+    train_seconds = time.perf_counter() - train_start
+
+    weights = {"last": {k: v.detach().clone() for k, v in model.state_dict().items()}}
+    if args.average_last > 1:
+        weights[f"mean of last {len(trainer.snapshots)}"] = trainer.averaged_state_dict()
+    rows, signature = [], ""
+    for label, state in weights.items():
+        model.load_state_dict(state)
+        for split, corpus in splits.items():
+            for beam in sorted({1, args.beam_size}):
+                t0 = time.perf_counter()
+                hyps = translate(model, tokenizer, corpus.src, beam_size=beam,
+                                 length_penalty=args.length_penalty)
+                seconds = time.perf_counter() - t0
+                score, signature = corpus_bleu(hyps, corpus.tgt)
+                rows.append({"weights": label, "split": split,
+                             "decoding": "greedy" if beam == 1 else f"beam {beam}",
+                             "bleu": round(score.score, 2), "seconds": round(seconds, 1)})
+    model.load_state_dict(weights["last"])
+    val_losses = trainer.history.val_loss
+    result = {
+        "name": args.name, "hardware": hardware, "parameters": model.num_parameters(),
+        "model_config": model_config.to_dict(), "train_config": dataclasses.asdict(config),
+        "epochs_run": trainer.epoch, "steps": trainer.step,
+        "train_seconds": round(train_seconds, 1),
+        "total_seconds": round(time.perf_counter() - start, 1),
+        "best_val_loss": round(min(v for _, v in val_losses), 4) if val_losses else math.nan,
+        "tokens_per_second": round(trainer.history.tokens_per_second[-1][1]),
+        "bleu": rows, "signature": signature,
+    }
+    width = max(len(r["weights"]) for r in rows)
+    print(f"\n[{args.name}] {trainer.epoch} epochs, {trainer.step} steps, "
+          f"{train_seconds / 60:.1f} min of training on {hardware}")
+    print(f"{'weights':<{width}}  {'split':<17} {'decoding':<8}  {'BLEU':>6}  {'seconds':>7}")
+    for r in rows:
+        print(f"{r['weights']:<{width}}  {r['split']:<17} {r['decoding']:<8}  {r['bleu']:6.2f}  "
+              f"{r['seconds']:7.1f}")
+    print(f"sacreBLEU signature: {signature}")
+    print(f"total wall time {result['total_seconds']:.0f} s", flush=True)
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
+    return result
+
+
+if __name__ == "__main__":
+    main()
