@@ -25,6 +25,7 @@ from transformer_book.benchmark import (
     gpu_peak_tflops,
     matched_configs,
     measure_train_throughput,
+    profile_train_step,
 )
 from transformer_book.config import TransformerConfig
 from transformer_book.model import Transformer
@@ -81,6 +82,12 @@ def run(config: TransformerConfig, args, device, amp_dtype, label: str) -> list[
             r["mfu"] = r["tflops"] / peak
         columns.append((f"MFU (peak {peak:.0f})", "mfu", ".1%"))
     print(format_table(rows, columns))
+    if args.profile:
+        for name, model in models.items():
+            print(f"\nProfile of {name} ({args.steps} steps, operators by self device time):")
+            print(profile_train_step(model, batch=args.batch, src_len=args.src_len,
+                                     tgt_len=args.tgt_len, device=device, amp_dtype=amp_dtype,
+                                     steps=args.steps))
     return rows
 
 
@@ -100,6 +107,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--steps", type=int, default=3, help="steps per timed round")
     p.add_argument("--rounds", type=int, default=3, help="timed rounds (after one warm-up round)")
     p.add_argument("--compile", action="store_true", help="also time both through torch.compile")
+    p.add_argument("--profile", action="store_true",
+                   help="also print torch.profiler's top operators of each model's training step")
     p.add_argument("--no-paper-base", action="store_true",
                    help="on CUDA, skip the paper's base model in bf16")
     p.add_argument("--base-batch", type=int, default=256, help="batch of the base-model run")

@@ -690,6 +690,34 @@ def measure_train_throughput(
     return rows
 
 
+def profile_train_step(model: nn.Module, *, batch: int, src_len: int, tgt_len: int,
+                       device: torch.device | str = "cpu", amp_dtype: torch.dtype | None = None,
+                       steps: int = 3, row_limit: int = 12, seed: int = 0) -> str:
+    """Where one training step's time goes: ``torch.profiler``'s table of the operators that
+    took the most device time (CUDA kernels on a GPU, CPU time otherwise), over ``steps``
+    steps after one warm-up step. Evidence for what separates two models in
+    :func:`measure_train_throughput`."""
+    from torch.profiler import ProfilerActivity, profile
+
+    device = torch.device(device)
+    cfg = model.config
+    model.to(device).train()
+    batch_tensors = synthetic_batch(batch, src_len, tgt_len, cfg.tgt_vocab_size,
+                                    pad_id=cfg.pad_id, device=device, seed=seed)
+    step = _train_step_fn(model, *batch_tensors, pad_id=cfg.pad_id, amp_dtype=amp_dtype)
+    step()
+    sync(device)
+    activities = [ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    with profile(activities=activities) as prof:
+        for _ in range(steps):
+            step()
+        sync(device)
+    sort_by = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
+    return prof.key_averages().table(sort_by=sort_by, row_limit=row_limit, max_name_column_width=60)
+
+
 # ---------------------------------------------------------------------------------------------
 # Decoding speed: greedy and beam search, with and without the key/value cache
 # ---------------------------------------------------------------------------------------------
