@@ -29,6 +29,7 @@ import math
 import os
 import statistics
 import time
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -127,23 +128,27 @@ def time_call(
 
 @contextlib.contextmanager
 def _quiet_stderr() -> Iterator[None]:
-    """Send the process's C-level stderr to /dev/null for a moment.
+    """Send the process's C-level stderr to /dev/null for a moment (and mute the profiler's
+    per-cycle warning).
 
     The CPU profiler's C++ backend prints a start/stop banner there that would otherwise land in
     every notebook output; Python-level errors still propagate as exceptions.
     """
-    try:
-        saved = os.dup(2)
-    except OSError:  # no real stderr (some embedded interpreters): nothing to silence
-        yield
-        return
-    try:
-        with open(os.devnull, "w") as devnull:
-            os.dup2(devnull.fileno(), 2)
+    with warnings.catch_warnings():
+        # Some PyTorch versions also warn, at every profile, that events are cleared per cycle.
+        warnings.filterwarnings("ignore", message=".*Profiler clears events", category=UserWarning)
+        try:
+            saved = os.dup(2)
+        except OSError:  # no real stderr (some embedded interpreters): nothing to silence
             yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
+            return
+        try:
+            with open(os.devnull, "w") as devnull:
+                os.dup2(devnull.fileno(), 2)
+                yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
 
 
 def operator_names(fn: Callable[[], Any], contains: str = "") -> list[str]:
@@ -710,7 +715,7 @@ def profile_train_step(model: nn.Module, *, batch: int, src_len: int, tgt_len: i
     activities = [ProfilerActivity.CPU]
     if device.type == "cuda":
         activities.append(ProfilerActivity.CUDA)
-    with profile(activities=activities) as prof:
+    with _quiet_stderr(), profile(activities=activities) as prof:
         for _ in range(steps):
             step()
         sync(device)
