@@ -31,9 +31,10 @@ def test_train_resume_translate(data_dir, tmp_path, monkeypatch, capsys):
     common = ["train", "--data-dir", data_dir, "--preset", "tiny", "--vocab-size", "500",
               "--train-limit", "64", "--max-tokens", "400", "--checkpoint-dir", str(ckpt),
               "--checkpoint-every", "2", "--device", "cpu", "--no-progress"]
-    assert main(common + ["--max-steps", "3"]) == 0
+    assert main(common + ["--max-steps", "3", "--num-layers", "1", "--norm-first"]) == 0
     state = load_checkpoint(ckpt / "last.pt")
     assert state["step"] == 3 and state["model_config"]["d_model"] == 64
+    assert state["model_config"]["num_layers"] == 1 and state["model_config"]["norm_first"]
     assert main(common + ["--max-steps", "4", "--resume"]) == 0
     assert load_checkpoint(ckpt / "last.pt")["step"] == 4
     assert "resumed from" in capsys.readouterr().err

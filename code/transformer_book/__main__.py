@@ -29,6 +29,9 @@ def _add_train(sub) -> None:
     p.add_argument("--preset", choices=PRESETS, default="small",
                    help="TransformerConfig preset (default: small)")
     p.add_argument("--dropout", type=float, help="override the preset's dropout")
+    p.add_argument("--num-layers", type=int, help="override the preset's layers per stack")
+    p.add_argument("--norm-first", action="store_true",
+                   help="pre-norm sub-layers (the paper, and the default, is post-norm)")
     p.add_argument("--vocab-size", type=int, default=8000, help="joint BPE vocabulary (8000)")
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--max-steps", type=int, help="stop after this many optimiser steps")
@@ -98,6 +101,10 @@ def cmd_train(args) -> int:
         tokenizer = load_or_train_tokenizer(train_split, vocab_size=args.vocab_size)
         preset = getattr(TransformerConfig, args.preset)
         extra = {} if args.dropout is None else {"dropout": args.dropout}
+        if args.num_layers is not None:
+            extra["num_layers"] = args.num_layers
+        if args.norm_first:
+            extra["norm_first"] = True
         model_config = preset(src_vocab_size=tokenizer.vocab_size,
                               tgt_vocab_size=tokenizer.vocab_size, share_embeddings=True,
                               pad_id=tokenizer.pad_id, **extra)
