@@ -480,9 +480,11 @@ def amp_dtype(device: torch.device) -> torch.dtype | None:
     later), fp16 on older CUDA GPUs such as Colab's T4, None (full precision) elsewhere."""
     if device.type != "cuda":
         return None
-    if torch.cuda.is_bf16_supported(including_emulation=False):
-        return torch.bfloat16
-    return torch.float16
+    try:
+        native_bf16 = torch.cuda.is_bf16_supported(including_emulation=False)
+    except TypeError:  # PyTorch before 2.3 has no including_emulation (and reports native only)
+        native_bf16 = torch.cuda.is_bf16_supported()
+    return torch.bfloat16 if native_bf16 else torch.float16
 
 
 def average_state_dicts(states: Sequence[dict]) -> dict:
