@@ -101,12 +101,15 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"[{args.name}] {config}", flush=True)
 
     train_start = time.perf_counter()
-    for epoch in range(1, args.epochs + 1):  # epoch by epoch, so --time-limit can stop it
-        trainer.config = dataclasses.replace(config, epochs=epoch)
+    if args.time_limit is None:
         trainer.fit()
-        if args.time_limit and time.perf_counter() - train_start > args.time_limit:
-            print(f"[{args.name}] time limit reached after epoch {epoch}")
-            break
+    else:  # epoch by epoch, so that the time limit can stop the run between epochs
+        for epoch in range(1, args.epochs + 1):
+            trainer.config = dataclasses.replace(config, epochs=epoch)
+            trainer.fit()
+            if time.perf_counter() - train_start > args.time_limit:
+                print(f"[{args.name}] time limit reached after epoch {epoch}")
+                break
     train_seconds = time.perf_counter() - train_start
 
     weights = {"last": {k: v.detach().clone() for k, v in model.state_dict().items()}}

@@ -12,7 +12,7 @@ from transformer_book.model import Transformer
 from transformer_book.train import (
     TrainConfig,
     Trainer,
-    amp_dtype,
+    autocast_dtype,
     average_state_dicts,
     corpus_bleu,
     label_smoothing_loss,
@@ -212,8 +212,8 @@ def test_diverged_loss_raises_clearly(tmp_path):
         trainer.fit()
 
 
-def test_amp_dtype_is_none_on_cpu():
-    assert amp_dtype(torch.device("cpu")) is None
+def test_autocast_dtype_is_none_on_cpu():
+    assert autocast_dtype(torch.device("cpu")) is None
 
 
 def test_epoch_log_lines(tmp_path, capsys):

@@ -30,7 +30,6 @@ import dataclasses
 import math
 import os
 import random
-import sys
 import tempfile
 import time
 from collections import deque
@@ -273,7 +272,7 @@ class Trainer:
             raise ValueError(f"average_last must be >= 1, got {config.average_last}")
         # weights at the end of the last `average_last` epochs, as (epoch, CPU state dict)
         self.snapshots: deque[tuple[int, dict]] = deque(maxlen=config.average_last)
-        self.amp_dtype = amp_dtype(self.device) if config.amp else None
+        self.amp_dtype = autocast_dtype(self.device) if config.amp else None
         # fp16 has a narrow exponent range: small gradients underflow unless the loss is scaled
         self.scaler = torch.amp.GradScaler(
             "cuda", enabled=self.amp_dtype == torch.float16
@@ -386,7 +385,7 @@ class Trainer:
                     print(f"epoch {self.epoch:3}/{cfg.epochs}  step {self.step:6}  "
                           f"train loss {sum(losses) / len(losses):.3f}  val loss {val:.3f}  "
                           f"{rate:9,.0f} tok/s  {time.perf_counter() - run_start:6.0f} s",
-                          file=sys.stdout, flush=True)
+                          flush=True)
         return self.history
 
     # ------------------------------------------------------------------ averaging (Sec. 6.1)
@@ -475,7 +474,7 @@ class Trainer:
             torch.cuda.set_rng_state_all([s.cpu() for s in rng["cuda"]])
 
 
-def amp_dtype(device: torch.device) -> torch.dtype | None:
+def autocast_dtype(device: torch.device) -> torch.dtype | None:
     """The autocast dtype for training on ``device``: bf16 on GPUs with bf16 units (Ampere and
     later), fp16 on older CUDA GPUs such as Colab's T4, None (full precision) elsewhere."""
     if device.type != "cuda":
