@@ -2,6 +2,8 @@
 cell by cell". Each module holds one concept of the paper; chapters build each piece in the open,
 check it against the version here, and import it from here afterwards."""
 
+from importlib import metadata as _metadata
+
 from transformer_book.attention import (
     KVCache,
     MultiHeadAttention,
@@ -26,7 +28,7 @@ from transformer_book.positional import (
     PositionalEncoding,
     sinusoidal_table,
 )
-from transformer_book.utils import describe_hardware, get_device, set_seed
+from transformer_book.utils import describe_hardware, expect_error, get_device, set_seed
 
 __all__ = [
     "AddNorm",
@@ -47,6 +49,7 @@ __all__ = [
     "causal_mask",
     "check_mask",
     "describe_hardware",
+    "expect_error",
     "fast_scaled_dot_product_attention",
     "get_device",
     "greedy_decode",
@@ -57,4 +60,8 @@ __all__ = [
     "sinusoidal_table",
     "to_lists",
 ]
-__version__ = "0.1.0"
+# The version is defined once, in pyproject.toml; the chapters' install cells ask for it.
+try:
+    __version__ = _metadata.version("transformer-book")
+except _metadata.PackageNotFoundError:  # imported from a source tree that was never installed
+    __version__ = "unknown"

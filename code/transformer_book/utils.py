@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import random
+from collections.abc import Iterator
 
 import numpy as np
 import torch
@@ -51,3 +53,22 @@ def describe_hardware(device: torch.device | str | None = None) -> str:
     except OSError:
         pass
     return f"CPU: {cpu}, {torch.get_num_threads()} threads, torch {torch.__version__}"
+
+
+@contextlib.contextmanager
+def expect_error(*expected: type[BaseException]) -> Iterator[None]:
+    """Run a block that must fail, print its error in one line, and let the notebook go on.
+
+    Chapters use it to *show* an error (an overflow, a too-long sequence) without stopping
+    Colab's or Jupyter's "Run all" at that cell. The block must raise one of ``expected``
+    (default: any ``Exception``); if it runs without error, this raises ``AssertionError``, so
+    the demonstration cannot silently stop demonstrating anything.
+    """
+    expected = expected or (Exception,)
+    try:
+        yield
+    except expected as err:
+        print(f"{type(err).__name__}: {err}")
+    else:
+        names = ", ".join(e.__name__ for e in expected)
+        raise AssertionError(f"expected the block to raise {names}, but it ran without error")
