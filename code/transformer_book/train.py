@@ -1,4 +1,4 @@
-"""Training the Transformer (Sec. 5 of the paper): loss, optimiser, schedule, loop, checkpoints, BLEU.
+"""Training the Transformer (Sec. 5 of the paper): loss, optimiser, schedule, loop.
 
 What the paper prescribes, and where it lives here:
 
@@ -10,8 +10,10 @@ What the paper prescribes, and where it lives here:
 - Sec. 5.1: batches of about 25,000 source and 25,000 target tokens grouped by length:
   :mod:`transformer_book.batching` (our budget is smaller: Multi30k sentences are short and
   we train on one device).
-- Sec. 6.1: beam search with beam size 4 and length penalty alpha = 0.6, BLEU:
-  :func:`translate`, :func:`corpus_bleu`.
+- Sec. 6.1: beam search with beam size 4 and length penalty alpha = 0.6, BLEU: in
+  :mod:`transformer_book.evaluation` (:func:`translate`, :func:`corpus_bleu`; both are
+  re-exported here). Checkpoint files (writing, reading, rebuilding a model) live in
+  :mod:`transformer_book.checkpoint`.
 
 - Sec. 6.1: "we used a single model obtained by averaging the last 5 checkpoints":
   ``TrainConfig.average_last`` keeps the weights of the last epochs and
@@ -30,7 +32,6 @@ import dataclasses
 import math
 import os
 import random
-import tempfile
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -41,11 +42,17 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from transformer_book.batching import BatchedCorpus, collate
+from transformer_book.batching import BatchedCorpus
+from transformer_book.checkpoint import (  # noqa: F401 (re-exported: older imports keep working)
+    CHECKPOINT_FORMAT,
+    _as_tuple,
+    _config_dict,
+    atomic_torch_save,
+    load_checkpoint,
+    model_from_checkpoint,
+)
+from transformer_book.evaluation import corpus_bleu, translate  # noqa: F401 (re-exported)
 from transformer_book.utils import get_device
-
-CHECKPOINT_FORMAT = 1
-
 
 # --------------------------------------------------------------------------- loss
 
@@ -197,30 +204,6 @@ class History:
     @classmethod
     def from_dict(cls, d: dict) -> History:
         return cls(**{k: [tuple(p) for p in v] for k, v in d.items()})
-
-
-def _config_dict(config) -> dict | None:
-    if config is None:
-        return None
-    if dataclasses.is_dataclass(config):
-        return dataclasses.asdict(config)
-    return dict(config)
-
-
-def atomic_torch_save(obj, path: str | os.PathLike) -> None:
-    """``torch.save`` to a temporary file in the same folder, then ``os.replace``: a crash
-    mid-write leaves the previous checkpoint intact, never a truncated one."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        torch.save(obj, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
 
 
 class Trainer:
@@ -505,55 +488,7 @@ def average_state_dicts(states: Sequence[dict]) -> dict:
     return out
 
 
-def _as_tuple(x):
-    return tuple(_as_tuple(i) for i in x) if isinstance(x, list | tuple) else x
-
-
-def load_checkpoint(path: str | os.PathLike, map_location=None) -> dict:
-    """Read a checkpoint with ``torch.load(weights_only=True)`` (no arbitrary code runs).
-
-    Raises:
-        FileNotFoundError: no file at ``path``.
-        ValueError: the file is not a checkpoint of this book (or another format version).
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no checkpoint at {path}")
-    state = torch.load(path, map_location=map_location, weights_only=True)
-    if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
-        raise ValueError(
-            f"{path} is not a transformer_book checkpoint (format {CHECKPOINT_FORMAT})"
-        )
-    return state
-
-
-def model_from_checkpoint(path: str | os.PathLike, device: torch.device | str | None = None):
-    """Rebuild a trained model and its tokenizer from a checkpoint written by :class:`Trainer`.
-
-    The checkpoint must hold ``model_config`` and ``extra["tokenizer"]`` (the command line's
-    ``train`` stores both).
-
-    Returns:
-        ``(model, tokenizer, state)``; the model is in eval mode on ``device``.
-    """
-    from transformer_book.config import TransformerConfig
-    from transformer_book.model import Transformer
-    from transformer_book.tokenizer import SubwordTokenizer
-
-    device = get_device(device)
-    state = load_checkpoint(path, map_location=device)
-    if not state.get("model_config"):
-        raise ValueError(f"{path} stores no model_config; cannot rebuild the model")
-    if "tokenizer" not in (state.get("extra") or {}):
-        raise ValueError(f"{path} stores no tokenizer (extra['tokenizer'])")
-    model = Transformer(TransformerConfig(**state["model_config"]))
-    model.load_state_dict(state["model"])
-    model.to(device).eval()
-    tokenizer = SubwordTokenizer.from_str(state["extra"]["tokenizer"])
-    return model, tokenizer, state
-
-
-# --------------------------------------------------------------------------- translation, BLEU
+# --------------------------------------------------------------------------- data
 
 
 def prepare_corpus(
@@ -593,104 +528,3 @@ def prepare_corpus(
         shuffle=shuffle,
         seed=seed,
     )
-
-
-@torch.no_grad()
-def translate(
-    model: nn.Module,
-    tokenizer,
-    sentences: Sequence[str],
-    *,
-    beam_size: int = 1,
-    length_penalty: float = 0.6,
-    max_tokens: int = 4096,
-    max_new_tokens: int | None = None,
-    device: torch.device | str | None = None,
-    progress: bool = False,
-) -> list[str]:
-    """Translate raw sentences: tokenise, batch by length, decode, detokenise (Sec. 6.1).
-
-    Args:
-        model: a trained :class:`~transformer_book.model.Transformer`.
-        tokenizer: the :class:`~transformer_book.tokenizer.SubwordTokenizer` it was trained with.
-        sentences: source sentences (raw text).
-        beam_size: 1 = greedy decoding; >1 = beam search (the paper: 4).
-        length_penalty: alpha of the beam search length penalty (the paper: 0.6).
-        max_tokens: padded source tokens per batch.
-        max_new_tokens: cap on output length (None = the decoder's default).
-        device: where to run (default: the model's device).
-        progress: show a tqdm bar over batches.
-
-    Returns:
-        One detokenised translation per sentence, in the input order.
-    """
-    from tqdm import tqdm
-
-    from transformer_book import decode
-
-    if beam_size < 1:
-        raise ValueError(f"beam_size must be >= 1, got {beam_size}")
-    if device is None:
-        device = next(model.parameters()).device
-    model.eval()
-    src_ids = tokenizer.encode_batch(list(sentences))
-    batches = (
-        BatchedCorpus(
-            src_ids,
-            src_ids,
-            max_tokens,
-            pad_id=tokenizer.pad_id,
-            bos_id=tokenizer.bos_id,
-            eos_id=tokenizer.eos_id,
-            shuffle=False,
-        ).batch_indices()
-        if sentences
-        else []
-    )
-    out: list[str] = [""] * len(sentences)
-    for idx in tqdm(batches, disable=not progress, desc="translating"):
-        src = collate(
-            [src_ids[i] for i in idx],
-            [[]] * len(idx),
-            pad_id=tokenizer.pad_id,
-            bos_id=tokenizer.bos_id,
-            eos_id=tokenizer.eos_id,
-        ).src.to(device)
-        kwargs = {} if max_new_tokens is None else {"max_new_tokens": max_new_tokens}
-        if beam_size == 1:
-            ids = decode.greedy_decode(model, src, tokenizer.bos_id, tokenizer.eos_id, **kwargs)
-        else:
-            ids = decode.beam_search(
-                model,
-                src,
-                tokenizer.bos_id,
-                tokenizer.eos_id,
-                beam_size=beam_size,
-                length_penalty=length_penalty,
-                **kwargs,
-            )
-        if isinstance(ids, Tensor):  # greedy_decode returns (B, 1 + steps), padded after <eos>
-            ids = ids.tolist()
-        for i, text in zip(idx, tokenizer.decode_batch(ids), strict=True):
-            out[i] = text
-    return out
-
-
-def corpus_bleu(hypotheses: Sequence[str], references: Sequence[str]):
-    """sacreBLEU's corpus BLEU: cased, on detokenised text, its default 13a tokenisation.
-
-    Args:
-        hypotheses: detokenised system outputs.
-        references: the raw reference lines (one reference per sentence).
-
-    Returns:
-        ``(score, signature)``: a ``sacrebleu`` ``BLEUScore`` (``score.score`` is the number)
-        and the signature string that says how it was computed (print it beside the score).
-    """
-    from sacrebleu.metrics import BLEU
-
-    if len(hypotheses) != len(references):
-        raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references")
-    bleu = BLEU()
-    score = bleu.corpus_score(list(hypotheses), [list(references)])
-    return score, str(bleu.get_signature())
