@@ -1,0 +1,52 @@
+"""Draw the paper's Figures 1 and 2 (transformer_book.diagrams) into chapters/images/*.svg.
+
+Usage: python tools/draw_figures.py [--check]
+With --check nothing is written; exit 1 if a committed file differs from what the code draws.
+"""
+
+from __future__ import annotations
+
+import io
+import sys
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from transformer_book.diagrams import FIGURES  # noqa: E402
+
+OUT = Path(__file__).resolve().parent.parent / "chapters" / "images"
+
+
+def render(name: str) -> bytes:
+    """The SVG bytes of one figure, reproducible: no date, fixed ids, text kept as text."""
+    plt.rcParams["svg.hashsalt"] = "transformer-book"
+    plt.rcParams["svg.fonttype"] = "none"  # text stays text: searchable, sharp, small
+    fig = FIGURES[name]()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None})
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def main(argv: list[str]) -> int:
+    check = argv == ["--check"]
+    stale = []
+    OUT.mkdir(exist_ok=True)
+    for name in FIGURES:
+        path = OUT / f"{name}.svg"
+        data = render(name)
+        if check:
+            if not path.exists() or path.read_bytes() != data:
+                stale.append(str(path))
+        else:
+            path.write_bytes(data)
+            print(f"wrote {path} ({len(data):,} bytes)")
+    for path in stale:
+        print(f"{path} differs from what transformer_book.diagrams draws: run tools/draw_figures.py")
+    return 1 if stale else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
