@@ -62,5 +62,23 @@ NB ?= chapters/*.ipynb
 execute: $(STAMP)
 	$(BIN)/python tools/execute_notebooks.py $(NB)
 
+# The oldest torch the book supports (pyproject.toml: torch>=2.3), in its own venv OUTSIDE the
+# repository (the PyPI wheel brings a few GB of CUDA libraries) that later runs reuse: every
+# chapter with Colab's "Run all" semantics (tools/run_all.py: no output comparison), then the
+# unit tests. torch 2.3 was built against NumPy 1.x, hence numpy<2; pip resolves the rest.
+COMPAT_TORCH ?= 2.3.1
+COMPAT_PINS  ?= numpy<2
+COMPAT_VENV  ?= $(HOME)/.cache/transformer-book/venv-torch$(COMPAT_TORCH)
+.PHONY: compat
+compat: $(STAMP)
+	test -x $(COMPAT_VENV)/bin/python || $(PYTHON) -m venv $(COMPAT_VENV)
+	$(COMPAT_VENV)/bin/python -m pip install --quiet "torch==$(COMPAT_TORCH)" "$(COMPAT_PINS)" \
+		ipykernel pytest nbformat
+	$(COMPAT_VENV)/bin/python -m pip install --quiet -e .
+	status=0; \
+	$(BIN)/python tools/run_all.py --python $(COMPAT_VENV)/bin/python chapters/*.ipynb || status=1; \
+	$(COMPAT_VENV)/bin/python -m pytest tests -q --ignore=tests/browser || status=1; \
+	exit $$status
+
 clean:
 	rm -rf _build
