@@ -248,6 +248,8 @@ class Trainer:
             self.model, d_model, config.warmup_steps, config.lr_factor
         )
         self.step = 0  # optimiser steps done
+        # set (e.g. by a SIGINT handler) to stop after the current step, with a checkpoint
+        self.stop_requested = False
         self.epoch = 0  # current epoch
         self.batch_in_epoch = 0  # batches of the current epoch already trained on
         self.history = History()
@@ -322,7 +324,7 @@ class Trainer:
 
         cfg = self.config
         run_start = time.perf_counter()
-        while not self._done():
+        while not self._done() and not self.stop_requested:
             num_batches = self.train_data.num_batches(self.epoch)
             bar = tqdm(
                 total=num_batches,
@@ -355,9 +357,10 @@ class Trainer:
                 done = self._done()
                 if cfg.checkpoint_dir and (
                     self.step % cfg.checkpoint_every == 0 or done or end_of_epoch
+                    or self.stop_requested
                 ):
                     self.save_checkpoint(Path(cfg.checkpoint_dir) / "last.pt")
-                if done:
+                if done or self.stop_requested:
                     break
             bar.close()
             if tokens:
