@@ -1,0 +1,80 @@
+"""Measuring what the Transformer costs: wall time, peak memory, throughput (Sec. 4, Table 1).
+
+The scripts in ``benchmarks/`` and the chapters "What attention costs" and "Making training
+fast" call these functions, so the figures printed by the command-line tables and the figures in
+the book come from the same code. One module per question:
+
+- :mod:`~transformer_book.benchmark.timing`: how long a call takes (the fastest of several
+  calls, CUDA synchronised), log-log slopes, GPU peaks, plain-text tables;
+- :mod:`~transformer_book.benchmark.memory`: how much memory a call allocates at its peak, and
+  which operators it ran (read from ``torch.profiler``);
+- :mod:`~transformer_book.benchmark.attention_cost`: attention and one sequence layer against
+  the sequence length (chapter 9);
+- :mod:`~transformer_book.benchmark.throughput`: training steps per second, ours against
+  ``torch.nn.Transformer``, and their model FLOPs;
+- :mod:`~transformer_book.benchmark.ladder`: the throughput ladder of chapter 10, one speed
+  feature switched on per rung;
+- :mod:`~transformer_book.benchmark.decoding`: greedy and beam-search decoding speed.
+
+Everything is importable from here too (``from transformer_book import benchmark;
+benchmark.time_call(...)``). Nothing here is a timed test: timings depend on the machine and on
+what else runs on it, so every table puts a ratio measured in the same run beside the raw
+figures.
+"""
+
+from transformer_book.benchmark.attention_cost import (
+    attention_implementations,
+    measure_attention,
+    measure_sequence_layers,
+)
+from transformer_book.benchmark.decoding import (
+    make_eos_unreachable,
+    measure_decoding,
+    source_batches,
+)
+from transformer_book.benchmark.memory import (
+    _cpu_peak_bytes,  # noqa: F401 (tests use it)
+    operator_names,
+    peak_memory_bytes,
+)
+from transformer_book.benchmark.throughput import (
+    TorchTransformerBaseline,
+    count_train_flops,
+    matched_configs,
+    measure_train_throughput,
+    profile_train_step,
+    synthetic_batch,
+)
+from transformer_book.benchmark.timing import (
+    GPU_PEAK_BF16_TFLOPS,
+    format_bytes,
+    format_table,
+    gpu_peak_tflops,
+    loglog_slope,
+    sync,
+    time_call,
+)
+
+__all__ = [
+    "GPU_PEAK_BF16_TFLOPS",
+    "TorchTransformerBaseline",
+    "attention_implementations",
+    "count_train_flops",
+    "format_bytes",
+    "format_table",
+    "gpu_peak_tflops",
+    "loglog_slope",
+    "make_eos_unreachable",
+    "matched_configs",
+    "measure_attention",
+    "measure_decoding",
+    "measure_sequence_layers",
+    "measure_train_throughput",
+    "operator_names",
+    "peak_memory_bytes",
+    "profile_train_step",
+    "source_batches",
+    "sync",
+    "synthetic_batch",
+    "time_call",
+]

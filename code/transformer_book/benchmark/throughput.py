@@ -1,0 +1,257 @@
+"""Training throughput: our Transformer against ``torch.nn.Transformer`` doing the same work
+(forward, label-smoothed loss, backward, Adam), with the model FLOPs of a step."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from transformer_book.benchmark.memory import _quiet_stderr
+from transformer_book.benchmark.timing import sync
+
+# ---------------------------------------------------------------------------------------------
+# Training throughput: our Transformer against torch.nn.Transformer doing the same work
+# ---------------------------------------------------------------------------------------------
+
+class TorchTransformerBaseline(nn.Module):
+    """``torch.nn.Transformer`` wrapped to do the same work as :class:`transformer_book.Transformer`.
+
+    ``nn.Transformer`` has no embeddings, positions or output layer, so they are added around it
+    exactly as the book's model has them (Sec. 3.4, 3.5): token embeddings times sqrt(d_model)
+    (one matrix shared by source and target and tied to the output layer when the config says
+    so), the sinusoidal table plus dropout, and a bias-free pre-softmax linear layer. The stacks
+    end with a LayerNorm only for pre-norm, as the book's model does (``nn.Transformer`` alone
+    always adds one). ``nn.Transformer`` applies its one ``dropout`` to the residuals, the
+    attention weights and the inner feed-forward activations alike; compare it with a config
+    whose ``attention_dropout`` and ``ffn_dropout`` equal ``dropout`` (see
+    :func:`matched_configs`).
+
+    Args:
+        config: a :class:`transformer_book.config.TransformerConfig`.
+    """
+
+    def __init__(self, config) -> None:
+        super().__init__()
+        from transformer_book.positional import PositionalEncoding
+
+        self.config = config
+        D = config.d_model
+        self.src_embed = nn.Embedding(config.src_vocab_size, D)
+        self.tgt_embed = (self.src_embed if config.share_embeddings
+                          else nn.Embedding(config.tgt_vocab_size, D))
+        self.positional = PositionalEncoding(D, config.max_len, config.dropout)
+        layer_args = dict(d_model=D, nhead=config.num_heads, dim_feedforward=config.d_ff,
+                          dropout=config.dropout, batch_first=True, norm_first=config.norm_first,
+                          layer_norm_eps=config.layer_norm_eps)
+
+        def final_norm():
+            return nn.LayerNorm(D, eps=config.layer_norm_eps) if config.norm_first else None
+
+        encoder = nn.TransformerEncoder(nn.TransformerEncoderLayer(**layer_args),
+                                        config.num_layers, norm=final_norm(),
+                                        enable_nested_tensor=False)
+        decoder = nn.TransformerDecoder(nn.TransformerDecoderLayer(**layer_args),
+                                        config.num_layers, norm=final_norm())
+        self.transformer = nn.Transformer(d_model=D, nhead=config.num_heads,
+                                          custom_encoder=encoder, custom_decoder=decoder,
+                                          batch_first=True)
+        self.generator = nn.Linear(D, config.tgt_vocab_size, bias=False)
+        if config.tie_output:
+            self.generator.weight = self.tgt_embed.weight
+
+    def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
+        """Logits (B, T, tgt_vocab_size) for src (B, S) and the shifted target tgt (B, T)."""
+        scale = math.sqrt(self.config.d_model)
+        x = self.positional(self.src_embed(src) * scale)  # (B, S, D)
+        y = self.positional(self.tgt_embed(tgt) * scale)  # (B, T, D)
+        T = tgt.shape[1]
+        # nn.Transformer's masks mean the opposite of the book's: True = may NOT attend.
+        src_pad = src == self.config.pad_id  # (B, S)
+        tgt_pad = tgt == self.config.pad_id  # (B, T)
+        future = torch.ones(T, T, dtype=torch.bool, device=tgt.device).triu(1)  # (T, T)
+        h = self.transformer(x, y, tgt_mask=future, src_key_padding_mask=src_pad,
+                             tgt_key_padding_mask=tgt_pad, memory_key_padding_mask=src_pad,
+                             tgt_is_causal=True)  # (B, T, D)
+        return self.generator(h)
+
+
+def matched_configs(config):
+    """The config with every dropout equal to ``config.dropout``, as ``nn.Transformer`` has them.
+
+    The paper drops out residuals and embeddings only (Sec. 5.4); ``nn.Transformer`` cannot
+    switch off its attention and feed-forward dropout separately, so a fair speed comparison
+    gives the book's model the same three dropouts.
+    """
+    return config.replace(attention_dropout=config.dropout, ffn_dropout=config.dropout)
+
+
+def synthetic_batch(
+    batch: int,
+    src_len: int,
+    tgt_len: int,
+    vocab_size: int,
+    *,
+    pad_id: int = 0,
+    device: torch.device | str = "cpu",
+    seed: int = 0,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Random token ids shaped like a training batch: ``(src, tgt_in, tgt_out)``, no padding.
+
+    Speed does not depend on which ids the tokens are, only on the shapes, so random ids stand
+    in for real sentences. Ids avoid ``pad_id``.
+
+    Shape:
+        src (B, src_len); tgt_in and tgt_out (B, tgt_len).
+    """
+    gen = torch.Generator().manual_seed(seed)
+    ids = torch.randint(1, vocab_size, (batch, src_len + tgt_len + 1), generator=gen)
+    ids = torch.where(ids == pad_id, (pad_id + 1) % vocab_size, ids)
+    src = ids[:, :src_len]
+    tgt = ids[:, src_len:]
+    return src.to(device), tgt[:, :-1].to(device), tgt[:, 1:].to(device)
+
+
+def _train_step_fn(model: nn.Module, src: Tensor, tgt_in: Tensor, tgt_out: Tensor, *,
+                   pad_id: int, amp_dtype: torch.dtype | None, lr: float = 1e-4
+                   ) -> Callable[[], Tensor]:
+    """One optimiser step of Sec. 5: forward, label-smoothed loss, backward, Adam."""
+    device_type = src.device.type
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.98), eps=1e-9)
+
+    def step() -> Tensor:
+        with torch.autocast(device_type, dtype=amp_dtype, enabled=amp_dtype is not None):
+            logits = model(src, tgt_in)  # (B, T, V)
+            loss = F.cross_entropy(logits.flatten(0, 1).float(), tgt_out.flatten(),
+                                   ignore_index=pad_id, label_smoothing=0.1)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        return loss.detach()
+
+    return step
+
+
+def count_train_flops(model: nn.Module, src: Tensor, tgt_in: Tensor, tgt_out: Tensor,
+                      *, pad_id: int = 0, amp_dtype: torch.dtype | None = None) -> int:
+    """Floating-point operations of one forward + backward pass, as PyTorch counts them.
+
+    Uses ``torch.utils.flop_counter.FlopCounterMode``, which adds up matrix products (2 FLOPs
+    per multiply-add); element-wise work (softmax, LayerNorm, the optimiser) is not counted, as
+    is usual for "model FLOPs". The counting pass runs PyTorch's attention through its "math"
+    backend, made of plain matrix products, because the counter has no formula for the fused
+    CPU kernel; the FLOPs are the same, only the kernel differs.
+    """
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.utils.flop_counter import FlopCounterMode
+
+    counter = FlopCounterMode(display=False)
+    with counter, sdpa_kernel(SDPBackend.MATH), torch.autocast(
+            src.device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
+        logits = model(src, tgt_in)
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), tgt_out.flatten(),
+                               ignore_index=pad_id, label_smoothing=0.1)
+        loss.backward()
+    model.zero_grad(set_to_none=True)
+    return int(counter.get_total_flops())
+
+
+def measure_train_throughput(
+    models: dict[str, nn.Module],
+    *,
+    batch: int,
+    src_len: int,
+    tgt_len: int,
+    device: torch.device | str = "cpu",
+    amp_dtype: torch.dtype | None = None,
+    steps: int = 3,
+    rounds: int = 3,
+    flops: bool = True,
+    seed: int = 0,
+) -> list[dict]:
+    """Training-step speed of several models on the same batch (forward, backward, Adam).
+
+    The models take turns: each round times ``steps`` consecutive steps of every model, and
+    the fastest round of each model is kept, so a slow spell of the machine cannot favour one
+    of them.
+
+    Args:
+        models: name -> model with ``forward(src, tgt_in) -> logits`` and a ``config``
+            attribute (vocabulary size, pad id); all are trained in place.
+        batch, src_len, tgt_len: the batch shape (every token real, no padding).
+        device: where to train.
+        amp_dtype: autocast dtype (e.g. ``torch.bfloat16``), or None for full precision.
+        steps: steps per timed round.
+        rounds: timed rounds per model (after one untimed warm-up round).
+        flops: also count the model FLOPs of one step (see :func:`count_train_flops`).
+        seed: seed of the synthetic batch.
+
+    Returns:
+        One dict per model: ``model``, ``seconds_per_step``, ``tokens_per_second`` (target
+        tokens), ``flops_per_step`` (NaN unless ``flops``), ``tflops`` (achieved TFLOP/s).
+    """
+    device = torch.device(device)
+    steppers = {}
+    batches = {}
+    for name, model in models.items():
+        cfg = model.config
+        model.to(device).train()
+        src, tgt_in, tgt_out = synthetic_batch(batch, src_len, tgt_len, cfg.tgt_vocab_size,
+                                               pad_id=cfg.pad_id, device=device, seed=seed)
+        batches[name] = (src, tgt_in, tgt_out)
+        steppers[name] = _train_step_fn(model, src, tgt_in, tgt_out, pad_id=cfg.pad_id,
+                                        amp_dtype=amp_dtype)
+    best = {name: math.inf for name in models}
+    for r in range(rounds + 1):
+        for name, step in steppers.items():
+            sync(device)
+            start = time.perf_counter()
+            for _ in range(steps):
+                step()
+            sync(device)
+            if r > 0:  # round 0 warms up (allocator, kernel choice, optimiser state)
+                best[name] = min(best[name], (time.perf_counter() - start) / steps)
+    rows = []
+    for name, model in models.items():
+        n_flops = math.nan
+        if flops:
+            n_flops = count_train_flops(model, *batches[name], pad_id=model.config.pad_id,
+                                        amp_dtype=amp_dtype)
+        seconds = best[name]
+        rows.append({"model": name, "seconds_per_step": seconds,
+                     "tokens_per_second": batch * tgt_len / seconds,
+                     "flops_per_step": n_flops, "tflops": n_flops / seconds / 1e12})
+    return rows
+
+
+def profile_train_step(model: nn.Module, *, batch: int, src_len: int, tgt_len: int,
+                       device: torch.device | str = "cpu", amp_dtype: torch.dtype | None = None,
+                       steps: int = 3, row_limit: int = 12, seed: int = 0) -> str:
+    """Where one training step's time goes: ``torch.profiler``'s table of the operators that
+    took the most device time (CUDA kernels on a GPU, CPU time otherwise), over ``steps``
+    steps after one warm-up step. Evidence for what separates two models in
+    :func:`measure_train_throughput`."""
+    from torch.profiler import ProfilerActivity, profile
+
+    device = torch.device(device)
+    cfg = model.config
+    model.to(device).train()
+    batch_tensors = synthetic_batch(batch, src_len, tgt_len, cfg.tgt_vocab_size,
+                                    pad_id=cfg.pad_id, device=device, seed=seed)
+    step = _train_step_fn(model, *batch_tensors, pad_id=cfg.pad_id, amp_dtype=amp_dtype)
+    step()
+    sync(device)
+    activities = [ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    with _quiet_stderr(), profile(activities=activities) as prof:
+        for _ in range(steps):
+            step()
+        sync(device)
+    sort_by = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
+    return prof.key_averages().table(sort_by=sort_by, row_limit=row_limit, max_name_column_width=60)
+
