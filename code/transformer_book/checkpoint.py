@@ -4,13 +4,26 @@ A checkpoint is a plain dict (tensors, numbers, strings, lists, dicts) so that
 ``torch.load(weights_only=True)`` can read it without running any code from the file.
 :class:`transformer_book.train.Trainer` writes and reads them; :func:`model_from_checkpoint`
 rebuilds a trained model and its tokenizer for translation.
+
+Every way a file can be wrong gets its own message (:class:`CheckpointError`): missing, a
+folder, empty, truncated, not a PyTorch file, holding Python objects that the safe loader
+refuses, not a checkpoint of this book, another format version, weights of another model.
+Writing failures (disk full, permission denied) raise :class:`CheckpointWriteError` naming
+the path and the cause; the previous file stays intact and no temporary file is left behind.
+:class:`DirectoryLock` keeps two training runs out of one checkpoint folder.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import errno
 import os
-import tempfile
+import pickle
+import secrets
+import socket
+import time
+import zipfile
 from pathlib import Path
 
 import torch
@@ -18,6 +31,23 @@ import torch
 from transformer_book.utils import get_device
 
 CHECKPOINT_FORMAT = 1
+
+#: What :meth:`transformer_book.train.Trainer.load_checkpoint` needs to continue a run.
+TRAINING_KEYS = ("model", "optimizer", "scheduler", "step", "epoch", "batch_in_epoch", "rng",
+                 "model_config", "train_config", "history")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file cannot be used; the message says why and what to do."""
+
+
+class CheckpointWriteError(OSError):
+    """A checkpoint could not be written (disk full, permission denied, ...); the previous
+    file at that path, if any, is intact."""
+
+
+class DirectoryLockedError(RuntimeError):
+    """Another process holds the lock of a checkpoint folder."""
 
 
 def _config_dict(config) -> dict | None:
@@ -28,24 +58,111 @@ def _config_dict(config) -> dict | None:
     return dict(config)
 
 
+# --------------------------------------------------------------------------- writing
+
+
+def _write_error(path: Path, exc: OSError) -> CheckpointWriteError:
+    cause = {
+        errno.ENOSPC: "no space left on the device",
+        errno.EDQUOT: "disk quota exceeded",
+        errno.EACCES: "permission denied",
+        errno.EPERM: "permission denied",
+        errno.EROFS: "the file system is read-only",
+    }.get(exc.errno, exc.strerror or str(exc))
+    previous = "the previous file is intact" if path.exists() else "nothing was written"
+    err = CheckpointWriteError(
+        exc.errno, f"cannot write {path}: {cause} ({previous}, no temporary file left); "
+        "free some space or fix the folder's permissions (or choose another folder), then retry"
+    )
+    err.filename = str(path)
+    return err
+
+
 def atomic_torch_save(obj, path: str | os.PathLike) -> None:
     """``torch.save`` to a temporary file in the same folder, then ``os.replace``: a crash
-    mid-write leaves the previous checkpoint intact, never a truncated one."""
+    mid-write leaves the previous checkpoint intact, never a truncated one.
+
+    The file is created with mode 0o666 minus the umask, like any file the user creates (so a
+    group-readable umask gives a group-readable checkpoint), and synced to disk before it
+    replaces ``path``.
+
+    Raises:
+        CheckpointWriteError: the folder or file cannot be written (the message names the path
+            and the cause: no space, quota, permission, read-only file system).
+    """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
+    tmp = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
     try:
-        torch.save(obj, tmp)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0),
+                     0o666)  # the umask applies, as for any file the user creates
+    except OSError as e:
+        raise _write_error(path, e) from e
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
+    except BaseException as e:
+        with contextlib.suppress(OSError):
             os.remove(tmp)
+        if isinstance(e, OSError):
+            raise _write_error(path, e) from e
         raise
+
+
+# --------------------------------------------------------------------------- reading
 
 
 def _as_tuple(x):
     return tuple(_as_tuple(i) for i in x) if isinstance(x, list | tuple) else x
+
+
+def safe_torch_load(path: str | os.PathLike, map_location=None):
+    """``torch.load(path, weights_only=True)`` with one clear :class:`CheckpointError` for each
+    way the file can be unreadable (empty, truncated, not a PyTorch file, unsafe objects).
+
+    Raises:
+        FileNotFoundError: no file at ``path``.
+        CheckpointError: the file exists but cannot be read safely.
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise CheckpointError(f"{path} is a folder, not a checkpoint file (inside a run folder, "
+                              "the checkpoint is last.pt)")
+    if not path.is_file():
+        raise FileNotFoundError(errno.ENOENT, f"no checkpoint at {path}", str(path))
+    size = path.stat().st_size
+    if size == 0:
+        raise CheckpointError(f"{path} is empty (0 bytes): it was never written completely; "
+                              "use another checkpoint or train again")
+    with open(path, "rb") as f:
+        head = f.read(4)
+    zipped = head == b"PK\x03\x04"  # torch.save's format is a zip archive
+    if zipped and not zipfile.is_zipfile(path):
+        raise CheckpointError(f"{path} is truncated or corrupted ({size:,} bytes, the end of the "
+                              "archive is missing): it was cut off while being copied or "
+                              "written; copy it again or use another checkpoint")
+    if not zipped and head[:1] != b"\x80":  # neither a zip archive nor a (legacy) pickle
+        raise CheckpointError(f"{path} is not a PyTorch checkpoint (it starts with {head!r}); "
+                              "pass the last.pt written by `python -m transformer_book train`")
+    try:
+        return torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as e:
+        # torch's own message advises turning the safety off; we do not repeat that advice
+        if "weights only" in str(e).lower() or "weights_only" in str(e):
+            raise CheckpointError(
+                f"{path} holds Python objects other than tensors and plain data, which are "
+                "refused because loading them could run code from the file; it is not a "
+                "checkpoint written by `python -m transformer_book train`"
+            ) from None
+        raise CheckpointError(f"{path} is corrupted ({e}); use another checkpoint") from None
+    except (RuntimeError, EOFError, KeyError, ValueError, IndexError) as e:
+        first_line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise CheckpointError(f"{path} is truncated or corrupted and cannot be read "
+                              f"({first_line[:120]}); copy it again or use another "
+                              "checkpoint") from None
 
 
 def load_checkpoint(path: str | os.PathLike, map_location=None) -> dict:
@@ -53,17 +170,60 @@ def load_checkpoint(path: str | os.PathLike, map_location=None) -> dict:
 
     Raises:
         FileNotFoundError: no file at ``path``.
-        ValueError: the file is not a checkpoint of this book (or another format version).
+        CheckpointError (a ValueError): the file is empty, truncated, not a PyTorch file,
+            holds unsafe objects, is not a checkpoint of this book, or has another format
+            version. Each case has its own message.
     """
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no checkpoint at {path}")
-    state = torch.load(path, map_location=map_location, weights_only=True)
-    if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
-        raise ValueError(
-            f"{path} is not a transformer_book checkpoint (format {CHECKPOINT_FORMAT})"
-        )
+    state = safe_torch_load(path, map_location)
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{path} holds a {type(state).__name__}, not a transformer_book "
+                              "checkpoint (a dict written by `python -m transformer_book train`)")
+    if "format" not in state:
+        if state and all(isinstance(v, torch.Tensor) for v in state.values()):
+            what = "only model weights (a state dict)"
+        else:
+            what = f"a dict with keys {', '.join(map(str, list(state)[:6]))}"
+        raise CheckpointError(f"{path} holds {what}, not a transformer_book checkpoint (no "
+                              "'format' entry); pass the last.pt written by "
+                              "`python -m transformer_book train`")
+    if state["format"] != CHECKPOINT_FORMAT:
+        writer = state.get("transformer_book_version", "another version")
+        raise CheckpointError(f"{path} has checkpoint format {state['format']!r}, but this "
+                              f"transformer_book reads format {CHECKPOINT_FORMAT}; it was "
+                              f"written by transformer_book {writer}: use that version")
     return state
+
+
+def check_keys(state: dict, keys, path) -> None:
+    """Raise :class:`CheckpointError` naming the entries of ``keys`` that ``state`` lacks."""
+    missing = [k for k in keys if k not in state]
+    if missing:
+        raise CheckpointError(f"{path} lacks {', '.join(missing)}: it was not written by "
+                              "`python -m transformer_book train` (or by an older version); "
+                              "train again")
+
+
+def load_weights_into(model: torch.nn.Module, weights: dict, path) -> None:
+    """``model.load_state_dict(weights)``, or a :class:`CheckpointError` saying how the
+    checkpoint's weights differ from the model (another model)."""
+    own = model.state_dict()
+    missing = [k for k in own if k not in weights]
+    unexpected = [k for k in weights if k not in own]
+    shapes = [f"{k} {tuple(weights[k].shape)} vs {tuple(v.shape)}" for k, v in own.items()
+              if k in weights and hasattr(weights[k], "shape") and weights[k].shape != v.shape]
+    if missing or unexpected or shapes:
+        parts = []
+        if missing:
+            parts.append(f"{len(missing)} missing (e.g. {missing[0]})")
+        if unexpected:
+            parts.append(f"{len(unexpected)} unexpected (e.g. {unexpected[0]})")
+        if shapes:
+            parts.append(f"{len(shapes)} of another shape (e.g. {shapes[0]})")
+        raise CheckpointError(f"{path} holds weights of another model than its model_config "
+                              f"describes: {'; '.join(parts)}; use the checkpoint written "
+                              "with this model")
+    model.load_state_dict(weights)
 
 
 def model_from_checkpoint(path: str | os.PathLike, device: torch.device | str | None = None):
@@ -74,6 +234,10 @@ def model_from_checkpoint(path: str | os.PathLike, device: torch.device | str | 
 
     Returns:
         ``(model, tokenizer, state)``; the model is in eval mode on ``device``.
+
+    Raises:
+        FileNotFoundError, CheckpointError: see :func:`load_checkpoint`; also a checkpoint
+            without model_config or tokenizer, or whose weights belong to another model.
     """
     from transformer_book.config import TransformerConfig
     from transformer_book.model import Transformer
@@ -81,12 +245,95 @@ def model_from_checkpoint(path: str | os.PathLike, device: torch.device | str | 
 
     device = get_device(device)
     state = load_checkpoint(path, map_location=device)
+    check_keys(state, ("model",), path)
     if not state.get("model_config"):
-        raise ValueError(f"{path} stores no model_config; cannot rebuild the model")
+        raise CheckpointError(f"{path} stores no model_config, so the model cannot be rebuilt; "
+                              "use a checkpoint written by `python -m transformer_book train`")
     if "tokenizer" not in (state.get("extra") or {}):
-        raise ValueError(f"{path} stores no tokenizer (extra['tokenizer'])")
-    model = Transformer(TransformerConfig(**state["model_config"]))
-    model.load_state_dict(state["model"])
+        raise CheckpointError(f"{path} stores no tokenizer (extra['tokenizer']); use a "
+                              "checkpoint written by `python -m transformer_book train`")
+    known = {f.name for f in dataclasses.fields(TransformerConfig)}
+    unknown = sorted(set(state["model_config"]) - known)
+    if unknown:
+        raise CheckpointError(f"{path} describes its model with fields this version does not "
+                              f"know ({', '.join(unknown)}); it was written by transformer_book "
+                              f"{state.get('transformer_book_version', 'another version')}: "
+                              "use that version")
+    try:
+        config = TransformerConfig(**state["model_config"])
+    except (TypeError, ValueError) as e:
+        raise CheckpointError(f"{path} has an invalid model_config: {e}") from None
+    model = Transformer(config)
+    load_weights_into(model, state["model"], path)
     model.to(device).eval()
-    tokenizer = SubwordTokenizer.from_str(state["extra"]["tokenizer"])
+    try:
+        tokenizer = SubwordTokenizer.from_str(state["extra"]["tokenizer"])
+    except Exception as e:  # the tokenizers library raises its own exception types
+        raise CheckpointError(f"{path} stores a tokenizer that cannot be read ({e})") from None
     return model, tokenizer, state
+
+
+# --------------------------------------------------------------------------- locking
+
+
+class DirectoryLock:
+    """An exclusive OS lock on ``folder/.lock`` for as long as a training run writes there.
+
+    It uses ``fcntl.flock`` (Linux, macOS) or ``msvcrt.locking`` (Windows). The OS releases
+    the lock when the process ends in any way, ``kill -9`` included, so a stale lock file
+    never blocks a later run. (On network file systems, ``flock`` may only see processes of
+    the same machine.)
+
+    Raises:
+        DirectoryLockedError: from :meth:`acquire`, when another process holds the lock.
+    """
+
+    def __init__(self, folder: str | os.PathLike):
+        self.path = Path(folder) / ".lock"
+        self._fd: int | None = None
+
+    def acquire(self) -> DirectoryLock:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            _lock(fd)
+        except OSError:
+            holder = ""
+            with contextlib.suppress(OSError), open(self.path) as f:
+                holder = f.read().strip()
+            os.close(fd)
+            raise DirectoryLockedError(
+                f"{self.path.parent} is in use by another training run"
+                f"{f' ({holder})' if holder else ''}; wait for it to finish, stop it, or choose "
+                "another --checkpoint-dir"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"pid {os.getpid()} on {socket.gethostname()} since "
+                     f"{time.strftime('%Y-%m-%d %H:%M:%S')}".encode())
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, 0)
+            os.close(self._fd)  # closing releases the lock
+            self._fd = None
+
+    def __enter__(self) -> DirectoryLock:
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def _lock(fd: int) -> None:
+    try:
+        import fcntl
+    except ImportError:  # Windows
+        import msvcrt
+
+        os.lseek(fd, 0, os.SEEK_SET)
+        msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+    else:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -45,11 +45,15 @@ from torch import Tensor, nn
 from transformer_book.batching import BatchedCorpus
 from transformer_book.checkpoint import (  # noqa: F401 (re-exported: older imports keep working)
     CHECKPOINT_FORMAT,
+    TRAINING_KEYS,
     _as_tuple,
     _config_dict,
     atomic_torch_save,
+    check_keys,
     load_checkpoint,
+    load_weights_into,
     model_from_checkpoint,
+    safe_torch_load,
 )
 from transformer_book.evaluation import corpus_bleu, translate  # noqa: F401 (re-exported)
 from transformer_book.utils import get_device
@@ -414,8 +418,11 @@ class Trainer:
         rng = {"torch": torch.get_rng_state(), "python": random.getstate()}
         if torch.cuda.is_available():
             rng["cuda"] = torch.cuda.get_rng_state_all()
+        from transformer_book import __version__
+
         return {
             "format": CHECKPOINT_FORMAT,
+            "transformer_book_version": __version__,  # named in errors about other formats
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
@@ -437,7 +444,8 @@ class Trainer:
     def load_checkpoint(self, path: str | os.PathLike) -> None:
         """Restore a checkpoint written by :meth:`save_checkpoint` to continue training."""
         state = load_checkpoint(path, map_location=self.device)
-        self.model.load_state_dict(state["model"])
+        check_keys(state, TRAINING_KEYS, path)
+        load_weights_into(self.model, state["model"], path)
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.step, self.epoch = state["step"], state["epoch"]
@@ -449,8 +457,7 @@ class Trainer:
             for f in sorted(Path(self.config.checkpoint_dir).glob("weights_epoch*.pt")):
                 epoch = int(f.stem.removeprefix("weights_epoch"))
                 if epoch <= self.epoch:  # files from a longer, abandoned run do not count
-                    self.snapshots.append((epoch, torch.load(f, map_location="cpu",
-                                                             weights_only=True)))
+                    self.snapshots.append((epoch, safe_torch_load(f, map_location="cpu")))
         if state.get("scaler") and self.scaler.is_enabled():  # empty unless it ran in fp16
             self.scaler.load_state_dict(state["scaler"])
         rng = state["rng"]
