@@ -14,7 +14,7 @@ export MULTI30K_DIR ?=
 # headless CI machine) would replace it and plt.show() would store no figure at all.
 unexport MPLBACKEND
 
-.PHONY: book test lint unit nbval build browser execute clean
+.PHONY: book test lint unit nbval build browser execute clean linkcheck
 
 # A venv is stale when requirements.txt or pyproject.toml is newer than its stamp.
 # The book's JavaScript (MathJax, vega, vega-lite, vega-embed) is pinned in package-lock.json and
@@ -39,9 +39,16 @@ build: $(STAMP)
 	$(BIN)/jupyter-book build . -W -n --keep-going --all
 	@echo "Book built: open _build/html/index.html"
 
+# Lint: ruff, the notebook checks, a spell check of prose and comments (codespell; the project's
+# word list is [tool.codespell] in pyproject.toml) over the files and the chapters' cell sources,
+# and the GitHub workflows against their schema (check-jsonschema's vendored copy, no network).
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/python tools/check_notebooks.py
+	$(BIN)/codespell
+	d=$$(mktemp -d) && $(BIN)/python tools/notebook_text.py $$d && $(BIN)/codespell $$d; \
+		status=$$?; rm -rf $$d; exit $$status
+	$(BIN)/check-jsonschema --builtin-schema vendor.github-workflows .github/workflows/*.yml
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest tests -q
@@ -56,6 +63,10 @@ browser: build
 	$(BIN)/python -m pytest tests/browser -q
 
 test: lint unit nbval build browser
+
+# The book's external links (needs the network: the scheduled linkcheck workflow runs it).
+linkcheck: $(STAMP)
+	$(BIN)/jupyter-book build . --builder linkcheck
 
 # Re-execute notebooks in place (after editing a chapter): make execute NB=chapters/01_rnn_limitations.ipynb
 NB ?= chapters/*.ipynb
