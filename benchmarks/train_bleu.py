@@ -45,6 +45,8 @@ def main(argv: list[str] | None = None) -> dict:
         p.add_argument(f"--{name.replace('_', '-')}", type=kind, help="override the preset")
     p.add_argument("--norm-first", action="store_true",
                    help="pre-norm sub-layers (chapter 5; the paper is post-norm)")
+    p.add_argument("--learned-positions", action="store_true",
+                   help="learned positional embeddings (Table 3 row E; the paper uses sinusoids)")
     p.add_argument("--vocab-size", type=int, default=8000)
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--max-tokens", type=int, default=4096, help="padded tokens per batch")
@@ -81,6 +83,8 @@ def main(argv: list[str] | None = None) -> dict:
     overrides = {k: getattr(args, k) for k in MODEL_FIELDS if getattr(args, k) is not None}
     if args.norm_first:
         overrides["norm_first"] = True
+    if args.learned_positions:
+        overrides["learned_positions"] = True
     model_config = getattr(TransformerConfig, args.preset)(
         src_vocab_size=tokenizer.vocab_size, tgt_vocab_size=tokenizer.vocab_size,
         pad_id=tokenizer.pad_id, **overrides)
