@@ -15,12 +15,25 @@ Layout of one pair, with ``x`` the source ids and ``y`` the target ids::
     src     = x + [<eos>]          (B, S)  padded with <pad>
     tgt_in  = [<bos>] + y          (B, T)  what the decoder reads (shifted right, Sec. 3.1)
     tgt_out = y + [<eos>]          (B, T)  what it must predict at each position
+
+For fast training (chapter 10) three options keep the GPU busy; none changes the default
+batches:
+
+- ``BatchedCorpus(..., widths=(16, 32, 64))`` pads every batch to one of a few fixed shapes
+  (``B = max_tokens // W`` rows, source and target both ``W`` wide, extra rows all padding), so
+  a compiled step meets a handful of shapes instead of one per batch, and CUDA graphs can
+  replay them;
+- :func:`check_token_ids` validates the ids of a batch on the host, before the transfer, so the
+  model need not read them back from the GPU (``Transformer.check_token_ids = False``);
+- :func:`to_device_ahead` pins batches in page-locked memory and starts their copy to the GPU
+  (``non_blocking``) a few steps before they are needed.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -52,18 +65,77 @@ class Batch:
         """Number of non-padding source positions."""
         return int((self.src != self.pad_id).sum())
 
-    def to(self, device: torch.device | str) -> Batch:
-        """The same batch on ``device``."""
-        return Batch(self.src.to(device), self.tgt_in.to(device), self.tgt_out.to(device),
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> Batch:
+        """The same batch on ``device`` (``non_blocking``: an asynchronous copy when the batch
+        is in pinned memory, see :meth:`pin_memory`)."""
+        return Batch(self.src.to(device, non_blocking=non_blocking),
+                     self.tgt_in.to(device, non_blocking=non_blocking),
+                     self.tgt_out.to(device, non_blocking=non_blocking), self.pad_id)
+
+    def pin_memory(self) -> Batch:
+        """The same batch in page-locked host memory, which the GPU can copy from while the
+        host goes on (needs CUDA)."""
+        return Batch(self.src.pin_memory(), self.tgt_in.pin_memory(), self.tgt_out.pin_memory(),
                      self.pad_id)
 
 
-def pad_sequences(seqs: Sequence[Sequence[int]], pad_id: int) -> torch.Tensor:
-    """Stack lists of ids into a (B, L) long tensor, right-padded with ``pad_id``."""
+def check_token_ids(batch: Batch, src_vocab_size: int, tgt_vocab_size: int) -> None:
+    """Raise a clear error if a (host) batch holds an id outside its vocabulary.
+
+    The same check :class:`~transformer_book.model.Transformer` makes on every forward, done
+    once per batch while it is still in host memory: reading a GPU tensor's min and max would
+    make the host wait for the GPU.
+
+    Raises:
+        ValueError: an id < 0 or >= the vocabulary size.
+    """
+    for name, tokens, vocab in (("src", batch.src, src_vocab_size),
+                                ("tgt_in", batch.tgt_in, tgt_vocab_size),
+                                ("tgt_out", batch.tgt_out, tgt_vocab_size)):
+        low, high = int(tokens.min()), int(tokens.max())
+        if low < 0 or high >= vocab:
+            bad = low if low < 0 else high
+            raise ValueError(f"{name} contains id {bad}, outside the vocabulary [0, {vocab})")
+
+
+def to_device_ahead(batches: Iterable[Batch], device: torch.device | str,
+                    ahead: int = 2) -> Iterator[Batch]:
+    """Yield ``batches`` on ``device``, their copies started ``ahead`` batches early.
+
+    On CUDA each batch is pinned and copied with ``non_blocking=True``: the copy runs while the
+    GPU still works on earlier steps and the host prepares the next ones. Elsewhere the batches
+    are moved one by one as they come (on the CPU, ``to`` returns the same tensors).
+    """
+    device = torch.device(device)
+    if device.type != "cuda":
+        for batch in batches:
+            yield batch.to(device)
+        return
+    queue: deque[Batch] = deque()
+    for batch in batches:
+        queue.append(batch.pin_memory().to(device, non_blocking=True))
+        if len(queue) > ahead:
+            yield queue.popleft()
+    while queue:
+        yield queue.popleft()
+
+
+def pad_sequences(seqs: Sequence[Sequence[int]], pad_id: int, width: int | None = None,
+                  rows: int | None = None) -> torch.Tensor:
+    """Stack lists of ids into a (B, L) long tensor, right-padded with ``pad_id``.
+
+    ``width`` / ``rows`` pad to a fixed L / B (default: the longest sequence / their number);
+    the extra rows are all padding.
+    """
     if len(seqs) == 0:
         raise ValueError("cannot pad an empty list of sequences")
-    width = max(len(s) for s in seqs)
-    out = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    longest = max(len(s) for s in seqs)
+    width = longest if width is None else width
+    rows = len(seqs) if rows is None else rows
+    if width < longest or rows < len(seqs):
+        raise ValueError(f"{len(seqs)} sequences of up to {longest} ids do not fit in "
+                         f"({rows}, {width})")
+    out = torch.full((rows, width), pad_id, dtype=torch.long)
     for i, s in enumerate(seqs):
         out[i, : len(s)] = torch.as_tensor(list(s), dtype=torch.long)
     return out
@@ -76,6 +148,8 @@ def collate(
     pad_id: int = 0,
     bos_id: int = 1,
     eos_id: int = 2,
+    width: int | None = None,
+    rows: int | None = None,
 ) -> Batch:
     """Build one :class:`Batch` from token ids without special tokens.
 
@@ -83,16 +157,33 @@ def collate(
         src_ids, tgt_ids: ``B`` source and target id lists (e.g. from
             :meth:`~transformer_book.tokenizer.SubwordTokenizer.encode_batch`).
         pad_id, bos_id, eos_id: the special ids (the tokenizer's defaults).
+        width, rows: pad to a fixed shape (rows, width) on both sides (default: as small as
+            the sentences allow).
 
     Returns:
         A batch with ``src`` (B, S), ``tgt_in`` (B, T) and ``tgt_out`` (B, T).
     """
     if len(src_ids) != len(tgt_ids):
         raise ValueError(f"{len(src_ids)} sources but {len(tgt_ids)} targets")
-    src = pad_sequences([list(x) + [eos_id] for x in src_ids], pad_id)  # (B, S)
-    tgt_in = pad_sequences([[bos_id] + list(y) for y in tgt_ids], pad_id)  # (B, T)
-    tgt_out = pad_sequences([list(y) + [eos_id] for y in tgt_ids], pad_id)  # (B, T)
+    src = pad_sequences([list(x) + [eos_id] for x in src_ids], pad_id, width, rows)  # (B, S)
+    tgt_in = pad_sequences([[bos_id] + list(y) for y in tgt_ids], pad_id, width, rows)  # (B, T)
+    tgt_out = pad_sequences([list(y) + [eos_id] for y in tgt_ids], pad_id, width, rows)  # (B, T)
     return Batch(src, tgt_in, tgt_out, pad_id)
+
+
+def bucket_width(width: int, widths: Sequence[int] | None) -> int:
+    """The smallest of ``widths`` that holds ``width`` (``width`` itself when ``widths`` is None).
+
+    Raises:
+        ValueError: ``width`` exceeds every bucket.
+    """
+    if widths is None:
+        return width
+    fitting = [w for w in widths if w >= width]
+    if not fitting:
+        raise ValueError(f"a sentence needs {width} positions, more than the largest bucket "
+                         f"{max(widths)}; add a wider bucket or drop long sentences")
+    return min(fitting)
 
 
 def batch_cost(src_lens: Sequence[int], tgt_lens: Sequence[int]) -> int:
@@ -107,6 +198,7 @@ def token_budget_batches(
     *,
     shuffle: bool = True,
     seed: int = 0,
+    widths: Sequence[int] | None = None,
 ) -> list[list[int]]:
     """Group example indices into batches of similar length under a token budget.
 
@@ -120,6 +212,8 @@ def token_budget_batches(
         max_tokens: budget of padded positions per batch.
         shuffle: shuffle within equal lengths and across batches.
         seed: seed of that shuffling (use e.g. ``seed + epoch`` for a new order each epoch).
+        widths: pad widths of fixed-shape batches (see :func:`bucket_width`); the budget then
+            counts each example at its bucket's width, so a batch never exceeds it when padded.
 
     Returns:
         Lists of example indices; every index appears exactly once.
@@ -139,12 +233,16 @@ def token_budget_batches(
     longest = 0  # padded width of the current batch
     for i in order:
         width = max(src_lens[i], tgt_lens[i]) + 1  # +1: <eos> on src, <bos>/<eos> on tgt
+        width = bucket_width(width, widths)
         if width > max_tokens:
             raise ValueError(
                 f"example {i} needs {width} tokens, more than max_tokens={max_tokens}; "
                 "drop long sentences first or raise max_tokens"
             )
-        if current and (len(current) + 1) * max(longest, width) > max_tokens:
+        if current and (
+            (len(current) + 1) * max(longest, width) > max_tokens
+            or (widths is not None and width != longest)  # one bucket per batch
+        ):
             batches.append(current)
             current, longest = [], 0
         current.append(i)
@@ -165,10 +263,15 @@ class BatchedCorpus:
         pad_id, bos_id, eos_id: special ids.
         shuffle: shuffle for training; ``False`` gives a fixed order for evaluation.
         seed: base seed; epoch ``e`` uses ``seed + e``, so a resumed run sees the same batches.
+        widths: None (default): each batch as narrow as its sentences allow. A few widths,
+            e.g. ``(16, 32, 64)``: every batch is padded to ``(max_tokens // W, W)`` for the
+            smallest ``W`` that holds its sentences, on both sides, so the model sees only
+            ``len(widths)`` shapes (what ``torch.compile`` and CUDA graphs need).
     """
 
     def __init__(self, src_ids, tgt_ids, max_tokens: int, *, pad_id: int = 0, bos_id: int = 1,
-                 eos_id: int = 2, shuffle: bool = True, seed: int = 0):
+                 eos_id: int = 2, shuffle: bool = True, seed: int = 0,
+                 widths: Sequence[int] | None = None):
         if len(src_ids) != len(tgt_ids):
             raise ValueError(f"{len(src_ids)} sources but {len(tgt_ids)} targets")
         if len(src_ids) == 0:
@@ -177,6 +280,7 @@ class BatchedCorpus:
         self.max_tokens = max_tokens
         self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
         self.shuffle, self.seed = shuffle, seed
+        self.widths = None if widths is None else tuple(sorted(widths))
         self._src_lens = [len(x) for x in self.src_ids]
         self._tgt_lens = [len(y) for y in self.tgt_ids]
 
@@ -187,13 +291,20 @@ class BatchedCorpus:
     def batch_indices(self, epoch: int = 0) -> list[list[int]]:
         """Example indices of each batch of ``epoch`` (deterministic)."""
         return token_budget_batches(self._src_lens, self._tgt_lens, self.max_tokens,
-                                    shuffle=self.shuffle, seed=self.seed + epoch)
+                                    shuffle=self.shuffle, seed=self.seed + epoch,
+                                    widths=self.widths)
 
     def batches(self, epoch: int = 0, start: int = 0):
         """Yield the :class:`Batch` es of ``epoch``, skipping the first ``start`` (for resuming)."""
         for idx in self.batch_indices(epoch)[start:]:
+            width = rows = None
+            if self.widths is not None:
+                longest = max(max(self._src_lens[i], self._tgt_lens[i]) for i in idx) + 1
+                width = bucket_width(longest, self.widths)
+                rows = self.max_tokens // width
             yield collate([self.src_ids[i] for i in idx], [self.tgt_ids[i] for i in idx],
-                          pad_id=self.pad_id, bos_id=self.bos_id, eos_id=self.eos_id)
+                          pad_id=self.pad_id, bos_id=self.bos_id, eos_id=self.eos_id,
+                          width=width, rows=rows)
 
     def num_batches(self, epoch: int = 0) -> int:
         """Number of batches in ``epoch``."""

@@ -83,6 +83,12 @@ class Transformer(nn.Module):
                 nn.init.xavier_uniform_(p)
         if config.tie_output:
             self.generator.weight = self.tgt_embed.weight  # Sec. 3.4: (V_tgt, D), one tensor
+        # Whether every forward checks that token ids lie inside the vocabulary. The check reads
+        # the ids' min and max back to the host: on a GPU that waits for all queued work (a
+        # host sync) and under torch.compile it splits the graph. A training loop whose data
+        # pipeline validated the ids on the host before the transfer
+        # (transformer_book.batching.check_token_ids) switches it off; torch.compile skips it.
+        self.check_token_ids = True
 
     # ---- input checks -------------------------------------------------------------------
 
@@ -105,6 +111,8 @@ class Transformer(nn.Module):
                 f"{name} reaches position {offset + T}, longer than max_len={self.config.max_len} "
                 "(the positional table); truncate it or use a config with a larger max_len"
             )
+        if not self.check_token_ids or torch.compiler.is_compiling():
+            return  # the ids were validated before they reached the device (see __init__)
         low, high = int(tokens.min()), int(tokens.max())
         if low < 0 or high >= vocab_size:
             bad = low if low < 0 else high

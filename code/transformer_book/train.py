@@ -42,7 +42,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from transformer_book.batching import BatchedCorpus
+from transformer_book.batching import BatchedCorpus, check_token_ids, to_device_ahead
 from transformer_book.checkpoint import (  # noqa: F401 (re-exported: older imports keep working)
     CHECKPOINT_FORMAT,
     TRAINING_KEYS,
@@ -150,18 +150,21 @@ def noam_lr(step: int, d_model: int, warmup_steps: int = 4000, factor: float = 1
 
 
 def make_optimizer(
-    model: nn.Module, d_model: int, warmup_steps: int = 4000, factor: float = 1.0
+    model: nn.Module, d_model: int, warmup_steps: int = 4000, factor: float = 1.0,
+    *, fused: bool = False,
 ) -> tuple[torch.optim.Adam, torch.optim.lr_scheduler.LambdaLR]:
     """Sec. 5.3: Adam(beta1=0.9, beta2=0.98, eps=1e-9) driven by :func:`noam_lr`.
 
     The optimiser's base rate is 1.0 and ``LambdaLR`` multiplies it by ``noam_lr``. Call
     ``scheduler.step()`` after every ``optimizer.step()``: the k-th update (k = 1, 2, ...)
-    then uses ``noam_lr(k)``.
+    then uses ``noam_lr(k)``. ``fused=True`` updates all parameters in a few fused kernels
+    instead of several small ones per parameter tensor (the same update, up to rounding).
 
     Returns:
         ``(optimizer, scheduler)``.
     """
-    optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9,
+                                 **({"fused": True} if fused else {}))
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda i: noam_lr(i + 1, d_model, warmup_steps, factor)
     )
@@ -191,6 +194,13 @@ class TrainConfig:
     progress: bool = True  # tqdm progress bar
     log_epochs: bool = False  # print one summary line per epoch (for notebooks: no bar)
     average_last: int = 1  # Sec. 6.1: keep the weights of the last n epochs to average (1 = off)
+    # Speed (chapter 10). None = automatic: on for CUDA, off elsewhere. None of these changes
+    # what is computed; the CPU default is the plain loop.
+    sync_every: int | None = None  # read losses back to the host every n steps (None: CUDA 50, else 1)
+    fused_adam: bool | None = None  # Adam's fused kernels (None: on CUDA)
+    prefetch: bool | None = None  # check ids on the host, pin, copy batches ahead (None: CUDA)
+    compile: bool = False  # torch.compile(fullgraph=True) of forward + loss
+    compile_mode: str | None = None  # torch.compile mode; "reduce-overhead" = CUDA graphs
 
 
 @dataclass
@@ -208,6 +218,72 @@ class History:
     @classmethod
     def from_dict(cls, d: dict) -> History:
         return cls(**{k: [tuple(p) for p in v] for k, v in d.items()})
+
+
+class TrainStep:
+    """One optimiser step of Sec. 5 that never waits for the device: forward, label-smoothed
+    loss, backward, (clipping,) Adam, schedule.
+
+    It returns the loss as a tensor on the device; reading it (``float(loss)``) is left to the
+    caller, who can do it every few steps: on a GPU each read makes the host wait until every
+    queued kernel has run, and the next step's kernels cannot be queued meanwhile.
+
+    Args:
+        model: maps ``(src, tgt_in)`` to logits (B, T, V).
+        optimizer, scheduler: from :func:`make_optimizer`.
+        label_smoothing, pad_id: of the loss (:func:`label_smoothing_loss`).
+        amp_dtype: autocast dtype, or None for full precision.
+        scaler: a ``torch.amp.GradScaler`` (fp16), or None.
+        clip_grad_norm: max gradient norm, or None.
+        compile: run forward + loss through ``torch.compile(fullgraph=True)`` (one graph, no
+            break; the backward pass is compiled with it).
+        compile_mode: ``torch.compile``'s mode (``"reduce-overhead"``: CUDA graphs).
+    """
+
+    def __init__(self, model: nn.Module, optimizer, scheduler=None, *, label_smoothing: float,
+                 pad_id: int | None, amp_dtype: torch.dtype | None = None, scaler=None,
+                 clip_grad_norm: float | None = None, compile: bool = False,
+                 compile_mode: str | None = None):
+        self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
+        self.label_smoothing, self.pad_id = label_smoothing, pad_id
+        self.amp_dtype, self.clip_grad_norm = amp_dtype, clip_grad_norm
+        self.scaler = scaler or torch.amp.GradScaler("cuda", enabled=False)
+        self.cuda_graphs = compile and compile_mode in ("reduce-overhead", "max-autotune")
+        self.loss = (torch.compile(self._loss, fullgraph=True, mode=compile_mode) if compile
+                     else self._loss)
+
+    def _loss(self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor) -> Tensor:
+        device_type = src.device.type
+        with torch.autocast(device_type, dtype=self.amp_dtype or torch.bfloat16,
+                            enabled=self.amp_dtype is not None):
+            logits = self.model(src, tgt_in)  # (B, T, V)
+        return label_smoothing_loss(logits, tgt_out, self.label_smoothing, self.pad_id)
+
+    def __call__(self, batch) -> Tensor:
+        """Train on ``batch`` (already on the model's device); returns its loss, detached."""
+        self.model.train()
+        if self.cuda_graphs:  # a new iteration: outputs of the previous replay may be reused
+            torch.compiler.cudagraph_mark_step_begin()
+        loss = self.loss(batch.src, batch.tgt_in, batch.tgt_out)
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scaler.scale(loss).backward()  # a no-op scaling unless fp16
+        if self.clip_grad_norm is not None:
+            self.scaler.unscale_(self.optimizer)
+            nn.utils.clip_grad_norm_(self.model.parameters(), self.clip_grad_norm)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        if self.scheduler is not None:
+            self.scheduler.step()
+        # CUDA graphs overwrite their outputs at the next replay: keep a copy
+        return loss.detach().clone() if self.cuda_graphs else loss.detach()
+
+
+def _diverged(value: float, step: int) -> FloatingPointError:
+    return FloatingPointError(
+        f"training loss is {value} at step {step}: the run diverged. "
+        "Lower the learning rate (lr_factor), lengthen the warm-up or clip gradients "
+        "(clip_grad_norm), then resume from the last checkpoint."
+    )
 
 
 class Trainer:
@@ -248,9 +324,13 @@ class Trainer:
         self.d_model = d_model
         self.pad_id = train_data.pad_id
         self.extra = dict(extra or {})
+        cuda = self.device.type == "cuda"  # the speed flags left at None switch on there
         self.optimizer, self.scheduler = make_optimizer(
-            self.model, d_model, config.warmup_steps, config.lr_factor
+            self.model, d_model, config.warmup_steps, config.lr_factor,
+            fused=cuda if config.fused_adam is None else config.fused_adam,
         )
+        self.sync_every = config.sync_every or (50 if cuda else 1)
+        self.prefetch = cuda if config.prefetch is None else config.prefetch
         self.step = 0  # optimiser steps done
         # set (e.g. by a SIGINT handler) to stop after the current step, with a checkpoint
         self.stop_requested = False
@@ -266,6 +346,12 @@ class Trainer:
         self.scaler = torch.amp.GradScaler(
             "cuda", enabled=self.amp_dtype == torch.float16
         )
+        self._step = TrainStep(
+            self.model, self.optimizer, self.scheduler,
+            label_smoothing=config.label_smoothing, pad_id=self.pad_id,
+            amp_dtype=self.amp_dtype, scaler=self.scaler, clip_grad_norm=config.clip_grad_norm,
+            compile=config.compile, compile_mode=config.compile_mode,
+        )
         torch.manual_seed(config.seed)  # dropout masks
 
     # ------------------------------------------------------------------ one step
@@ -277,28 +363,49 @@ class Trainer:
         )
 
     def train_step(self, batch) -> float:
-        """One optimiser step on ``batch``; returns its label-smoothed loss per target token."""
-        self.model.train()
-        batch = batch.to(self.device)
-        with self._autocast():
-            logits = self.model(batch.src, batch.tgt_in)  # (B, T, V)
-        loss = label_smoothing_loss(logits, batch.tgt_out, self.config.label_smoothing, self.pad_id)
-        if not torch.isfinite(loss.detach()):
-            raise FloatingPointError(
-                f"training loss is {loss.detach().item()} at step {self.step + 1}: the run diverged. "
-                "Lower the learning rate (lr_factor), lengthen the warm-up or clip gradients "
-                "(clip_grad_norm), then resume from the last checkpoint."
-            )
-        self.optimizer.zero_grad(set_to_none=True)
-        self.scaler.scale(loss).backward()  # a no-op scaling unless fp16
-        if self.config.clip_grad_norm is not None:
-            self.scaler.unscale_(self.optimizer)
-            nn.utils.clip_grad_norm_(self.model.parameters(), self.config.clip_grad_norm)
-        self.scaler.step(self.optimizer)
-        self.scaler.update()
-        self.scheduler.step()
+        """One optimiser step on ``batch``; returns its label-smoothed loss per target token.
+
+        Reads the loss back at once (a host sync on a GPU); :meth:`fit` reads it only every
+        ``sync_every`` steps."""
+        loss = self._step(batch.to(self.device))
         self.step += 1
-        return float(loss.detach())
+        value = float(loss)
+        if not math.isfinite(value):
+            raise _diverged(value, self.step)
+        return value
+
+    def _read_losses(self, pending: list[tuple[int, Tensor]]) -> list[float]:
+        """Read the losses of the steps in ``pending`` in one transfer, into the history."""
+        if not pending:
+            return []
+        values = torch.stack([loss for _, loss in pending]).tolist()  # the one host sync
+        for (step, _), value in zip(pending, values, strict=True):
+            if not math.isfinite(value):
+                raise _diverged(value, step)
+            self.history.train_loss.append((step, value))
+        pending.clear()
+        return values
+
+    def _batches(self, data: BatchedCorpus, epoch: int, start: int = 0):
+        """``(host batch, device batch)`` pairs; with ``prefetch``, ids are checked on the host
+        and copies start ahead (:func:`~transformer_book.batching.to_device_ahead`)."""
+        batches = data.batches(epoch, start=start)
+        if not self.prefetch:
+            for batch in batches:
+                yield batch, batch.to(self.device)
+            return
+        vocab = getattr(getattr(self.model, "config", None), "src_vocab_size", None)
+
+        def checked():
+            for batch in batches:
+                if vocab is not None:
+                    check_token_ids(batch, self.model.config.src_vocab_size,
+                                    self.model.config.tgt_vocab_size)
+                yield batch
+
+        if hasattr(self.model, "check_token_ids"):
+            self.model.check_token_ids = vocab is None  # checked here instead
+        yield from to_device_ahead(checked(), self.device)
 
     @torch.no_grad()
     def evaluate(self, data: BatchedCorpus | None = None) -> float:
@@ -307,14 +414,15 @@ class Trainer:
         if data is None:
             raise ValueError("no validation data: pass val_data to Trainer or data here")
         self.model.eval()
-        total, count = 0.0, 0
-        for batch in data.batches(0):
-            batch = batch.to(self.device)
+        # The sum stays on the device, in float64 as a Python float would hold it (not on MPS)
+        wide = torch.float32 if self.device.type == "mps" else torch.float64
+        total, count = torch.zeros((), dtype=wide, device=self.device), 0
+        for host, batch in self._batches(data, 0):
             with self._autocast():
                 logits = self.model(batch.src, batch.tgt_in)
-            total += float(label_smoothing_loss(logits, batch.tgt_out, 0.0, self.pad_id, "sum"))
-            count += batch.num_tgt_tokens
-        return total / count
+            total += label_smoothing_loss(logits, batch.tgt_out, 0.0, self.pad_id, "sum").to(wide)
+            count += host.num_tgt_tokens  # counted on the host copy: no sync
+        return float(total) / count
 
     # ------------------------------------------------------------------ loop
     def fit(self) -> History:
@@ -337,16 +445,20 @@ class Trainer:
                 desc=f"epoch {self.epoch + 1}/{cfg.epochs}",
             )
             tokens, t0, losses = 0, time.perf_counter(), []
-            for batch in self.train_data.batches(self.epoch, start=self.batch_in_epoch):
-                loss = self.train_step(batch)
-                losses.append(loss)
-                tokens += batch.num_tgt_tokens
-                self.history.train_loss.append((self.step, loss))
+            pending: list[tuple[int, Tensor]] = []  # (step, loss on the device), not yet read
+            for host, batch in self._batches(self.train_data, self.epoch, self.batch_in_epoch):
+                pending.append((self.step + 1, self._step(batch)))
+                self.step += 1
+                tokens += host.num_tgt_tokens  # counted on the host copy: no sync
                 self.history.lr.append((self.step, self.scheduler.get_last_lr()[0]))
                 bar.update(1)
-                bar.set_postfix(loss=f"{loss:.3f}", step=self.step)
                 self.batch_in_epoch += 1
                 end_of_epoch = self.batch_in_epoch == num_batches
+                if (len(pending) >= self.sync_every or end_of_epoch or self._done()
+                        or self.stop_requested or self.step % cfg.checkpoint_every == 0
+                        or (cfg.eval_every and self.step % cfg.eval_every == 0)):
+                    losses += self._read_losses(pending)  # read before eval / checkpoints
+                    bar.set_postfix(loss=f"{losses[-1]:.3f}", step=self.step)
                 if end_of_epoch:  # move on before saving, so a resume starts the next epoch
                     self.epoch, self.batch_in_epoch = self.epoch + 1, 0
                     if cfg.average_last > 1:
