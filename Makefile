@@ -76,16 +76,20 @@ execute: $(STAMP)
 # The oldest torch the book supports (pyproject.toml: torch>=2.3), in its own venv OUTSIDE the
 # repository (the PyPI wheel brings a few GB of CUDA libraries) that later runs reuse: every
 # chapter with Colab's "Run all" semantics (tools/run_all.py: no output comparison), then the
-# unit tests. torch 2.3 was built against NumPy 1.x, hence numpy<2; pip resolves the rest.
+# unit tests. torch 2.3 was built against NumPy 1.x, hence numpy<2 (in the same pip call as the
+# package, so no newer pandas pulls NumPy 2 back in); pip resolves the package's other
+# dependencies under that constraint, and the test tools come at requirements.txt's pins.
 COMPAT_TORCH ?= 2.3.1
 COMPAT_PINS  ?= numpy<2
 COMPAT_VENV  ?= $(HOME)/.cache/transformer-book/venv-torch$(COMPAT_TORCH)
+COMPAT_TOOLS := jupyter-book|ipykernel|nbformat|pytest|PyYAML
 .PHONY: compat
 compat: $(STAMP)
 	test -x $(COMPAT_VENV)/bin/python || $(PYTHON) -m venv $(COMPAT_VENV)
+	grep -E '^($(COMPAT_TOOLS))==' requirements.txt > $(COMPAT_VENV)/tools.txt
 	$(COMPAT_VENV)/bin/python -m pip install --quiet "torch==$(COMPAT_TORCH)" "$(COMPAT_PINS)" \
-		ipykernel pytest nbformat
-	$(COMPAT_VENV)/bin/python -m pip install --quiet -e .
+		-r $(COMPAT_VENV)/tools.txt -e .
+	$(COMPAT_VENV)/bin/python -m pip freeze --exclude-editable
 	status=0; \
 	$(BIN)/python tools/run_all.py --python $(COMPAT_VENV)/bin/python chapters/*.ipynb || status=1; \
 	$(COMPAT_VENV)/bin/python -m pytest tests -q --ignore=tests/browser || status=1; \

@@ -26,6 +26,7 @@ shared copy CI uses exists (``../shared/data/multi30k`` beside the repository), 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -34,11 +35,14 @@ import time
 from pathlib import Path
 
 import nbformat
+from jupyter_client.kernelspec import KernelSpecManager
+from jupyter_client.manager import KernelManager
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED_DATA = ROOT.parent / "shared" / "data" / "multi30k"
+KERNEL_NAME = "run-all"
 
 
 def kernel_versions(python: str) -> str:
@@ -52,6 +56,21 @@ def kernel_versions(python: str) -> str:
     if result.returncode != 0:
         return f"(could not import torch/numpy: {result.stderr.strip().splitlines()[-1:]})"
     return result.stdout.strip()
+
+
+def kernel_manager(python: str, spec_dir: Path) -> KernelManager:
+    """A manager whose kernel runs ``python -m ipykernel_launcher``, whatever kernelspecs the
+    user has installed: a kernelspec of its own, in ``spec_dir``, is the only one it sees."""
+    (spec_dir / KERNEL_NAME).mkdir(parents=True)
+    spec = {
+        "argv": [python, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": f"Python ({python})",
+        "language": "python",
+    }
+    (spec_dir / KERNEL_NAME / "kernel.json").write_text(json.dumps(spec))
+    return KernelManager(
+        kernel_name=KERNEL_NAME, kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(spec_dir)])
+    )
 
 
 def clear_outputs(nb) -> None:
@@ -76,16 +95,13 @@ def run_notebook(path: Path, python: str, timeout: int) -> tuple[bool, float, st
         client = NotebookClient(
             nb,
             timeout=timeout,
-            kernel_name="python3",
+            kernel_name=KERNEL_NAME,
             allow_errors=False,
             force_raise_errors=True,  # stop at the first error, raises-exception tag or not
             resources={"metadata": {"path": workdir}},
             on_cell_execute=on_cell_execute,
         )
-        # The kernel runs with the requested interpreter, whatever kernelspecs are installed.
-        client.kernel_manager_class = "jupyter_client.manager.KernelManager"
-        client.km = client.create_kernel_manager()
-        client.km.kernel_cmd = [python, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+        client.km = kernel_manager(python, Path(workdir) / ".kernels")
         try:
             client.execute()
         except (CellExecutionError, CellTimeoutError, DeadKernelError) as err:
