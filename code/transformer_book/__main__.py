@@ -7,65 +7,171 @@
     python -m transformer_book bleu --checkpoint runs/small/last.pt --split test_2016_flickr
 
 Run ``python -m transformer_book <command> --help`` for every option.
+
+Errors are one line on stderr, ``python -m transformer_book <command>: error: <what and what to
+do>``, with exit status 2 for bad arguments (as argparse) and 1 for failures while running;
+``--debug`` (or ``TRANSFORMER_BOOK_DEBUG=1``) adds the traceback. Ctrl-C during training writes
+a checkpoint at the current step and prints the command that resumes (exit status 130).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
+import os
+import shlex
+import signal
 import sys
+import traceback
 from pathlib import Path
 
+PROG = "python -m transformer_book"
 PRESETS = ("tiny", "small", "base", "big")
+DEBUG_ENV = "TRANSFORMER_BOOK_DEBUG"
+#: Defaults of a fresh training run. The parser's defaults are None so that ``--resume`` can
+#: tell a flag the user gave (to compare with the checkpoint) from one left out.
+TRAIN_DEFAULTS = {"preset": "small", "vocab_size": 8000, "epochs": 10, "max_tokens": 4096,
+                  "warmup_steps": 4000, "lr_factor": 1.0, "label_smoothing": 0.1,
+                  "checkpoint_every": 500, "seed": 0}
+#: Settings that --resume may change: how long to train, how often to save, where to run.
+RESUMABLE = ("epochs", "max_steps", "checkpoint_every", "device")
+
+
+class UsageError(Exception):
+    """A bad argument: one line on stderr, exit status 2."""
+
+    status = 2
+
+
+class CLIError(Exception):
+    """A failure while running: one line on stderr, exit status 1 (or ``status``)."""
+
+    def __init__(self, message: str, status: int = 1):
+        super().__init__(message)
+        self.status = status
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with its error as one line (no usage block) and exit status 2."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _int_at_least(low: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < low:
+            what = "a positive integer" if low == 1 else f"an integer >= {low}"
+            raise argparse.ArgumentTypeError(f"must be {what}, got {value}")
+        return value
+
+    parse.__name__ = "int"
+    return parse
+
+
+def _float_in(low: float, high: float | None = None, *, low_open: bool = False):
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        too_low = value <= low if low_open else value < low
+        if not math.isfinite(value) or too_low or (high is not None and value >= high):
+            interval = f"{'(' if low_open else '['}{low:g}, {'inf' if high is None else f'{high:g}'})"
+            raise argparse.ArgumentTypeError(f"must be in {interval}, got {text}")
+        return value
+
+    parse.__name__ = "float"
+    return parse
+
+
+positive_int = _int_at_least(1)
+
+
+def _common(p) -> None:
+    p.add_argument("--device", help="cpu, cuda, cuda:1, mps ... (default: CUDA when available)")
+    p.add_argument("--debug", action="store_true",
+                   help=f"show the traceback of an error (or set {DEBUG_ENV}=1)")
 
 
 def _add_train(sub) -> None:
+    d = TRAIN_DEFAULTS
     p = sub.add_parser("train", help="train on Multi30k de->en, with checkpoints",
                        description="Train a Transformer on Multi30k task 1 (German -> English). "
-                       "Writes CHECKPOINT_DIR/last.pt every --checkpoint-every steps and at each "
-                       "epoch end; --resume continues from it.")
+                       "Writes CHECKPOINT_DIR/last.pt every --checkpoint-every steps, at each "
+                       "epoch end and on Ctrl-C; --resume continues from it with the run's own "
+                       "settings (only --epochs, --max-steps, --checkpoint-every and --device "
+                       "may change).")
     p.add_argument("--data-dir", help="folder with the Multi30k .gz files (default: $MULTI30K_DIR, "
                    "else download into the user cache)")
-    p.add_argument("--preset", choices=PRESETS, default="small",
-                   help="TransformerConfig preset (default: small)")
-    p.add_argument("--dropout", type=float, help="override the preset's dropout")
-    p.add_argument("--num-layers", type=int, help="override the preset's layers per stack")
-    p.add_argument("--norm-first", action="store_true",
+    p.add_argument("--preset", choices=PRESETS,
+                   help=f"TransformerConfig preset (default: {d['preset']})")
+    p.add_argument("--dropout", type=_float_in(0.0, 1.0), help="override the preset's dropout")
+    p.add_argument("--num-layers", type=positive_int, help="override the preset's layers per stack")
+    p.add_argument("--norm-first", action="store_true", default=None,
                    help="pre-norm sub-layers (the paper, and the default, is post-norm)")
-    p.add_argument("--vocab-size", type=int, default=8000, help="joint BPE vocabulary (8000)")
-    p.add_argument("--epochs", type=int, default=10)
-    p.add_argument("--max-steps", type=int, help="stop after this many optimiser steps")
-    p.add_argument("--max-tokens", type=int, default=4096, help="padded tokens per batch")
-    p.add_argument("--warmup-steps", type=int, default=4000, help="Eq. (3) warm-up (4000)")
-    p.add_argument("--lr-factor", type=float, default=1.0, help="multiplier on Eq. (3)")
-    p.add_argument("--label-smoothing", type=float, default=0.1)
-    p.add_argument("--clip-grad-norm", type=float, help="clip gradients to this norm")
+    p.add_argument("--vocab-size", type=_int_at_least(5),
+                   help=f"joint BPE vocabulary, special tokens included ({d['vocab_size']})")
+    p.add_argument("--epochs", type=positive_int, help=f"passes over the data ({d['epochs']})")
+    p.add_argument("--max-steps", type=positive_int, help="stop after this many optimiser steps")
+    p.add_argument("--max-tokens", type=positive_int,
+                   help=f"padded tokens per batch ({d['max_tokens']})")
+    p.add_argument("--warmup-steps", type=positive_int,
+                   help=f"Eq. (3) warm-up ({d['warmup_steps']})")
+    p.add_argument("--lr-factor", type=_float_in(0.0, low_open=True),
+                   help="multiplier on Eq. (3) (1.0)")
+    p.add_argument("--label-smoothing", type=_float_in(0.0, 1.0), help="eps_ls (0.1)")
+    p.add_argument("--clip-grad-norm", type=_float_in(0.0, low_open=True),
+                   help="clip gradients to this norm")
     p.add_argument("--checkpoint-dir", default="checkpoints", help="default: ./checkpoints")
-    p.add_argument("--checkpoint-every", type=int, default=500, help="steps between checkpoints")
-    p.add_argument("--resume", action="store_true",
-                   help="continue from CHECKPOINT_DIR/last.pt (its model and batching settings)")
-    p.add_argument("--train-limit", type=int, help="use only the first N training pairs (smoke "
-                   "tests); the tokenizer is still learned from the whole training split")
-    p.add_argument("--device", help="cpu, cuda, ... (default: CUDA when available)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--checkpoint-every", type=positive_int,
+                   help=f"steps between checkpoints ({d['checkpoint_every']})")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--resume", action="store_true",
+                   help="continue the run in CHECKPOINT_DIR (from its last.pt, with its settings)")
+    g.add_argument("--overwrite", action="store_true",
+                   help="start a new run in CHECKPOINT_DIR even though it holds a last.pt "
+                   "(deleted when training starts)")
+    p.add_argument("--train-limit", type=positive_int, help="use only the first N training pairs "
+                   "(smoke tests); the tokenizer is still learned from the whole training split")
+    p.add_argument("--seed", type=_int_at_least(0), help=f"random seed ({d['seed']})")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _common(p)
 
 
 def _add_decoding(p) -> None:
     p.add_argument("--checkpoint", required=True, help="a last.pt written by `train`")
-    p.add_argument("--beam-size", type=int, default=4, help="1 = greedy (default: 4, Sec. 6.1)")
-    p.add_argument("--length-penalty", type=float, default=0.6, help="alpha (0.6, Sec. 6.1)")
-    p.add_argument("--max-tokens", type=int, default=4096, help="padded source tokens per batch")
-    p.add_argument("--device", help="cpu, cuda, ... (default: CUDA when available)")
+    p.add_argument("--beam-size", type=positive_int, default=4,
+                   help="1 = greedy (default: 4, Sec. 6.1); at most the vocabulary size, and "
+                   "refused when its estimated memory exceeds half of what is available")
+    p.add_argument("--length-penalty", type=_float_in(0.0), default=0.6,
+                   help="alpha (0.6, Sec. 6.1)")
+    p.add_argument("--max-tokens", type=_int_at_least(2), default=4096,
+                   help="padded source tokens per batch")
+    _common(p)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m transformer_book",
-                                     description="Train and use the book's Transformer.")
+    parser = _Parser(prog=PROG, description="Train and use the book's Transformer.")
     sub = parser.add_subparsers(dest="command", required=True)
     _add_train(sub)
-    t = sub.add_parser("translate", help="translate German lines from stdin to English on stdout")
+    t = sub.add_parser("translate", help="translate German lines from stdin to English on stdout",
+                       description="Translate German lines from stdin (UTF-8) to English on "
+                       "stdout, one output line per input line, in order. An empty line gives "
+                       "an empty line; a line longer than the model takes is truncated, with a "
+                       "warning naming it.")
     _add_decoding(t)
+    t.add_argument("--invalid-utf8", choices=("error", "replace"), default="error",
+                   help="bytes that are not UTF-8: stop with an error naming the line "
+                   "(default), or replace them with U+FFFD and warn")
     b = sub.add_parser("bleu", help="sacreBLEU of a checkpoint on a Multi30k split")
     _add_decoding(b)
     b.add_argument("--split", default="test_2016_flickr", help="val, test_2016_flickr, ...")
@@ -73,64 +179,308 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# --------------------------------------------------------------------------- checks
+
+
+def _check_device(name: str | None) -> None:
+    if name is None:
+        return
+    import torch
+
+    try:
+        device = torch.device(name)
+    except (RuntimeError, ValueError):
+        raise UsageError(f"--device {name}: not a device name; use cpu, cuda, cuda:0 or mps") \
+            from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise UsageError(f"--device {name}: CUDA is not available on this machine; "
+                             "use --device cpu")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise UsageError(f"--device {name}: this machine has {torch.cuda.device_count()} "
+                             "CUDA device(s)")
+    elif device.type == "mps" and not torch.backends.mps.is_available():
+        raise UsageError(f"--device {name}: MPS is not available on this machine; "
+                         "use --device cpu")
+
+
+def _check_data_dir(folder: str | None) -> None:
+    if folder is not None and not Path(folder).is_dir():
+        raise UsageError(f"--data-dir {folder}: no such folder")
+
+
+def _check_checkpoint_arg(path: str) -> None:
+    p = Path(path)
+    if not p.exists():
+        raise UsageError(f"--checkpoint {path}: no such file")
+    if p.is_dir():
+        hint = f"; did you mean {p / 'last.pt'}?" if (p / "last.pt").is_file() else ""
+        raise UsageError(f"--checkpoint {path}: is a folder, not a checkpoint file{hint}")
+
+
+def available_memory(device) -> int | None:
+    """Bytes free for a new allocation on ``device`` (GPU memory, or the smaller of the
+    machine's available memory and the cgroup limit); None when unknown."""
+    import torch
+
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    sizes = []
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    sizes.append(int(line.split()[1]) * 1024)
+    except OSError:
+        try:
+            sizes.append(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+        except (ValueError, OSError, AttributeError):
+            pass
+    try:  # a container's limit (cgroup v2)
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if limit != "max":
+            used = int(Path("/sys/fs/cgroup/memory.current").read_text())
+            sizes.append(int(limit) - used)
+    except (OSError, ValueError):
+        pass
+    return min(sizes) if sizes else None
+
+
+def _check_beam(args, model, device, longest: int) -> int | None:
+    """Refuse a beam larger than the vocabulary, or one whose decoding of the longest input
+    sentence needs more than half of the available memory; return the memory budget."""
+    from transformer_book.evaluation import decode_memory_bytes
+
+    config = model.config
+    if args.beam_size > config.tgt_vocab_size:
+        raise UsageError(f"--beam-size {args.beam_size}: more beams than the model's "
+                         f"{config.tgt_vocab_size} target tokens; use a beam of at most "
+                         f"{config.tgt_vocab_size} (the paper uses 4)")
+    available = available_memory(device)
+    if available is None:
+        return None
+    budget = available // 2
+    need = decode_memory_bytes(config, longest, args.beam_size)
+    if need > budget:
+        per_beam = decode_memory_bytes(config, longest, 1)
+        raise UsageError(f"--beam-size {args.beam_size}: decoding a sentence of {longest} "
+                         f"tokens would need about {need / 2**30:.1f} GiB, more than half of "
+                         f"the {available / 2**30:.1f} GiB available on {device}; use "
+                         f"--beam-size {max(1, budget // per_beam)} or less (the paper uses 4)")
+    return budget
+
+
+# --------------------------------------------------------------------------- train
+
+
+def _guess_preset(model_config: dict) -> str | None:
+    from transformer_book.config import TransformerConfig
+
+    for name in PRESETS:
+        p = getattr(TransformerConfig, name)()
+        if (p.d_model, p.num_heads, p.d_ff) == (model_config.get("d_model"),
+                                                model_config.get("num_heads"),
+                                                model_config.get("d_ff")):
+            return name
+    return None
+
+
+def _resume_conflicts(args, state: dict) -> list[str]:
+    """The flags given with --resume that contradict the checkpoint, as "--flag X (run: Y)"."""
+    model, train, extra = state["model_config"], state["train_config"], state.get("extra") or {}
+    run = {
+        "preset": extra.get("preset") or _guess_preset(model),
+        "vocab_size": extra.get("vocab_size", model.get("src_vocab_size")),
+        "num_layers": model.get("num_layers"),
+        "dropout": model.get("dropout"),
+        "norm_first": model.get("norm_first"),
+        "max_tokens": train.get("max_tokens"),
+        "warmup_steps": train.get("warmup_steps"),
+        "lr_factor": train.get("lr_factor"),
+        "label_smoothing": train.get("label_smoothing"),
+        "clip_grad_norm": train.get("clip_grad_norm"),
+        "seed": train.get("seed"),
+        "train_limit": extra.get("train_limit"),
+    }
+    out = []
+    for name, value in run.items():
+        given = getattr(args, name)
+        if given is not None and given != value:
+            flag = "--" + name.replace("_", "-")
+            shown = "" if isinstance(given, bool) else f" {given}"
+            out.append(f"{flag}{shown} (the run has {value})")
+    return out
+
+
+def _resume_command(args) -> str:
+    parts = [sys.executable if os.path.isabs(sys.executable) else "python", "-m",
+             "transformer_book", "train", "--checkpoint-dir", args.checkpoint_dir, "--resume"]
+    if args.data_dir:
+        parts += ["--data-dir", args.data_dir]
+    return " ".join(shlex.quote(p) for p in parts)
+
+
 def cmd_train(args) -> int:
+    from transformer_book.checkpoint import (
+        TRAINING_KEYS,
+        DirectoryLock,
+        check_keys,
+        load_checkpoint,
+    )
+
+    folder = Path(args.checkpoint_dir)
+    last = folder / "last.pt"
+    if folder.exists() and not folder.is_dir():
+        raise UsageError(f"--checkpoint-dir {folder}: exists and is not a folder")
+    _check_device(args.device)
+    _check_data_dir(args.data_dir)
+    if args.resume and not last.is_file():
+        raise UsageError(f"--resume: {last} does not exist; leave out --resume to start a new "
+                         "run there, or pass the --checkpoint-dir of the run to continue")
+    try:
+        lock = DirectoryLock(folder).acquire()
+    except OSError as e:
+        raise CLIError(f"--checkpoint-dir {folder}: cannot create or lock it "
+                       f"({e.strerror or e}); choose a folder you can write to") from None
+    try:
+        if not args.resume and last.exists() and not args.overwrite:
+            raise UsageError(f"--checkpoint-dir {folder} already holds last.pt from another run; "
+                             "add --resume to continue it, --overwrite to replace it with a new "
+                             "run, or choose another --checkpoint-dir")
+        state = None
+        if args.resume:
+            state = load_checkpoint(last, map_location="cpu")
+            check_keys(state, TRAINING_KEYS, last)
+            conflicts = _resume_conflicts(args, state)
+            if conflicts:
+                raise UsageError(f"--resume: {len(conflicts)} flag(s) contradict the run in "
+                                 f"{last}: {'; '.join(conflicts)}; leave them out to continue "
+                                 "the run, or start a new run in another --checkpoint-dir")
+        return _train(args, folder, last, state)
+    finally:
+        lock.release()
+
+
+def _train(args, folder: Path, last: Path, state: dict | None) -> int:
+    import torch
+
     from transformer_book import describe_hardware
     from transformer_book.config import TransformerConfig
     from transformer_book.data import load_multi30k
     from transformer_book.model import Transformer
     from transformer_book.tokenizer import SubwordTokenizer, load_or_train_tokenizer
-    from transformer_book.train import TrainConfig, Trainer, load_checkpoint, prepare_corpus
+    from transformer_book.train import TrainConfig, Trainer, prepare_corpus
 
-    last = Path(args.checkpoint_dir) / "last.pt"
-    if args.resume and not last.is_file():
-        print(f"error: --resume given but {last} does not exist", file=sys.stderr)
-        return 2
-    train_split = load_multi30k("train", args.data_dir)
-    val_split = load_multi30k("val", args.data_dir)
-    overrides = {"epochs": args.epochs, "max_steps": args.max_steps, "device": args.device,
-                 "checkpoint_dir": args.checkpoint_dir, "checkpoint_every": args.checkpoint_every,
-                 "progress": not args.no_progress}
-    if args.resume:
-        state = load_checkpoint(last, map_location="cpu")
+    resumable = {"checkpoint_dir": str(folder), "progress": not args.no_progress}
+    resumable.update({k: getattr(args, k) for k in RESUMABLE if getattr(args, k) is not None})
+    if state is not None:
         tokenizer = SubwordTokenizer.from_str(state["extra"]["tokenizer"])
         model_config = TransformerConfig(**state["model_config"])
-        # batching, schedule and seed come from the checkpoint so the run continues exactly
-        config = TrainConfig(**{**state["train_config"], **overrides})
-        train_limit = state["extra"].get("train_limit")
+        # batching, schedule, seed and checkpoint interval come from the checkpoint, so the
+        # run continues exactly; only the RESUMABLE settings given on the command line change
+        known = {f.name for f in dataclasses.fields(TrainConfig)}
+        saved = {k: v for k, v in state["train_config"].items() if k in known}
+        config = TrainConfig(**{**saved, **resumable})
+        extra = dict(state["extra"])
+        step, epoch = state["step"], state["epoch"]
+        if args.epochs is not None and args.epochs < epoch:
+            raise UsageError(f"--epochs {args.epochs}: the run in {last} has already done "
+                             f"{epoch} epochs; pass more epochs to train longer")
+        if args.max_steps is not None and args.max_steps < step:
+            raise UsageError(f"--max-steps {args.max_steps}: the run in {last} is already at "
+                             f"step {step}; pass more steps to train longer")
+        if epoch >= config.epochs or (config.max_steps is not None and step >= config.max_steps):
+            limit = (f"--max-steps {config.max_steps}" if config.max_steps is not None
+                     and step >= config.max_steps else f"--epochs {config.epochs}")
+            print(f"{PROG} train: nothing to do: the run in {last} is at step {step} ({epoch} "
+                  f"epochs complete) and has reached {limit}; pass a larger --epochs or --max-steps "
+                  "with --resume to train longer", file=sys.stderr)
+            return 0
     else:
-        tokenizer = load_or_train_tokenizer(train_split, vocab_size=args.vocab_size)
-        preset = getattr(TransformerConfig, args.preset)
-        extra = {} if args.dropout is None else {"dropout": args.dropout}
-        if args.num_layers is not None:
-            extra["num_layers"] = args.num_layers
-        if args.norm_first:
-            extra["norm_first"] = True
-        model_config = preset(src_vocab_size=tokenizer.vocab_size,
-                              tgt_vocab_size=tokenizer.vocab_size, share_embeddings=True,
-                              pad_id=tokenizer.pad_id, **extra)
-        config = TrainConfig(max_tokens=args.max_tokens, warmup_steps=args.warmup_steps,
-                             lr_factor=args.lr_factor, label_smoothing=args.label_smoothing,
-                             clip_grad_norm=args.clip_grad_norm, seed=args.seed, **overrides)
-        train_limit = args.train_limit
+        values = {k: (TRAIN_DEFAULTS.get(k) if getattr(args, k, None) is None
+                      else getattr(args, k)) for k in TRAIN_DEFAULTS}
+        config = TrainConfig(max_tokens=values["max_tokens"], warmup_steps=values["warmup_steps"],
+                             lr_factor=values["lr_factor"],
+                             label_smoothing=values["label_smoothing"],
+                             clip_grad_norm=args.clip_grad_norm, seed=values["seed"],
+                             epochs=values["epochs"], max_steps=args.max_steps,
+                             checkpoint_every=values["checkpoint_every"],
+                             device=args.device, checkpoint_dir=str(folder),
+                             progress=not args.no_progress)
+        extra = {"train_limit": args.train_limit, "preset": values["preset"],
+                 "vocab_size": values["vocab_size"]}
+
+    train_split = load_multi30k("train", args.data_dir)
+    val_split = load_multi30k("val", args.data_dir)
+    if state is None:
+        vocab_size = extra["vocab_size"]
+        tokenizer = load_or_train_tokenizer(train_split, vocab_size=vocab_size)
+        if tokenizer.vocab_size > vocab_size:
+            raise UsageError(f"--vocab-size {vocab_size}: too small; the training text has "
+                             f"{tokenizer.vocab_size - 4} distinct characters, so with the 4 "
+                             f"special tokens the vocabulary needs at least "
+                             f"{tokenizer.vocab_size} ids; use --vocab-size "
+                             f"{tokenizer.vocab_size} or more (default 8000)")
+        if tokenizer.vocab_size < vocab_size:
+            print(f"{PROG} train: warning: --vocab-size {vocab_size}: the training text yields "
+                  f"only {tokenizer.vocab_size} subwords; the model uses a vocabulary of "
+                  f"{tokenizer.vocab_size}", file=sys.stderr)
+        overrides = {"dropout": args.dropout, "num_layers": args.num_layers,
+                     "norm_first": args.norm_first}
+        model_config = getattr(TransformerConfig, extra["preset"])(
+            src_vocab_size=tokenizer.vocab_size, tgt_vocab_size=tokenizer.vocab_size,
+            share_embeddings=True, pad_id=tokenizer.pad_id,
+            **{k: v for k, v in overrides.items() if v is not None})
+    train_limit = extra.get("train_limit")
     if train_limit is not None:
         train_split = dataclasses.replace(train_split, src=train_split.src[:train_limit],
                                           tgt=train_split.tgt[:train_limit])
     train_data = prepare_corpus(tokenizer, train_split, config.max_tokens, seed=config.seed,
                                 max_len=model_config.max_len - 2)
     val_data = prepare_corpus(tokenizer, val_split, config.max_tokens, shuffle=False)
-    import torch
+    for name, data in (("training", train_data), ("validation", val_data)):
+        try:
+            data.batch_indices(0)
+        except ValueError as e:  # one sentence alone exceeds the token budget
+            raise UsageError(f"--max-tokens {config.max_tokens}: too small for the {name} data "
+                             f"({e}); raise --max-tokens") from None
 
     torch.manual_seed(config.seed)
     model = Transformer(model_config)
+    extra["tokenizer"] = tokenizer.to_str()
     trainer = Trainer(model, train_data, config, model_config=model_config, val_data=val_data,
-                      extra={"tokenizer": tokenizer.to_str(), "train_limit": train_limit})
-    if args.resume:
+                      extra=extra)
+    if state is not None:
         trainer.load_checkpoint(last)
-        print(f"resumed from {last} at step {trainer.step} (epoch {trainer.epoch + 1})",
-              file=sys.stderr)
+        print(f"resumed from {last} at step {trainer.step} (epoch {trainer.epoch + 1}); "
+              f"checkpoint every {config.checkpoint_every} steps", file=sys.stderr)
+    elif args.overwrite:  # the user asked for a new run here: the old one's files go
+        for old in [last, *folder.glob("weights_epoch*.pt")]:
+            old.unlink(missing_ok=True)
     print(f"{describe_hardware(trainer.device)}; {model.num_parameters():,} parameters; "
           f"{len(train_data)} training pairs", file=sys.stderr)
-    history = trainer.fit()
+
+    def request_stop(signum, frame):
+        if trainer.stop_requested:  # a second Ctrl-C stops at once, without a checkpoint
+            raise KeyboardInterrupt
+        trainer.stop_requested = True
+        print(f"\n{PROG} train: stopping after this step and writing {last} "
+              "(press Ctrl-C again to stop at once, without it)", file=sys.stderr, flush=True)
+
+    handlers = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        history = trainer.fit()
+    except KeyboardInterrupt:
+        raise CLIError(f"interrupted twice: stopped at once, without a checkpoint; {last} "
+                       "holds the last one written, resume it with --resume", status=130) \
+            from None
+    finally:
+        for s, h in handlers.items():
+            signal.signal(s, h)
+    if trainer.stop_requested:
+        print(f"{PROG} train: interrupted at step {trainer.step}; checkpoint written to {last}. "
+              f"Resume with:\n  {_resume_command(args)}", file=sys.stderr)
+        return 130
     if history.val_loss:
         print(f"step {trainer.step}: val loss {history.val_loss[-1][1]:.4f}", file=sys.stderr)
     if history.tokens_per_second:
@@ -140,43 +490,142 @@ def cmd_train(args) -> int:
     return 0
 
 
-def _read_checkpoint(args):
-    from transformer_book.train import model_from_checkpoint
+# --------------------------------------------------------------------------- translate, bleu
 
+
+def _read_checkpoint(args):
+    from transformer_book.checkpoint import model_from_checkpoint
+
+    _check_checkpoint_arg(args.checkpoint)
+    _check_device(args.device)
     return model_from_checkpoint(args.checkpoint, args.device)
 
 
+def _warn(command: str, message: str) -> None:
+    print(f"{PROG} {command}: warning: {message}", file=sys.stderr)
+
+
+def read_lines(stream, invalid: str = "error") -> list[str]:
+    """The lines of a binary stream decoded as UTF-8 (a final newline does not start a new
+    line; ``\\r\\n`` endings and a leading byte-order mark are accepted).
+
+    Args:
+        invalid: ``"error"``: a :class:`CLIError` naming the first line with bytes that are not
+            UTF-8; ``"replace"``: such bytes become U+FFFD, with a warning per line.
+    """
+    raw = stream.read()
+    if raw.startswith(b"\xef\xbb\xbf"):
+        raw = raw[3:]
+    chunks = raw.split(b"\n")
+    if chunks and chunks[-1] == b"":
+        chunks.pop()
+    lines = []
+    for number, chunk in enumerate(chunks, 1):
+        chunk = chunk.removesuffix(b"\r")
+        try:
+            lines.append(chunk.decode("utf-8"))
+        except UnicodeDecodeError as e:
+            if invalid == "error":
+                raise CLIError(f"stdin line {number}: byte {chunk[e.start]:#04x} at column "
+                               f"{e.start + 1} is not UTF-8; convert the input to UTF-8 "
+                               "(e.g. iconv -f latin1 -t utf-8), or pass --invalid-utf8 replace "
+                               "to replace such bytes") from None
+            _warn("translate", f"stdin line {number}: bytes that are not UTF-8 replaced by U+FFFD")
+            lines.append(chunk.decode("utf-8", errors="replace"))
+    return lines
+
+
 def cmd_translate(args) -> int:
-    from transformer_book.train import translate
+    from transformer_book.evaluation import source_token_limit, translate
 
     model, tokenizer, _ = _read_checkpoint(args)
-    lines = [line.rstrip("\n") for line in sys.stdin]
+    device = next(model.parameters()).device
+    lines = read_lines(sys.stdin.buffer, args.invalid_utf8)
+    limit = source_token_limit(model, args.max_tokens)
+    lengths = [len(ids) for ids in tokenizer.encode_batch(lines)]
+    for number, n in enumerate(lengths, 1):
+        if n > limit:
+            _warn("translate", f"stdin line {number}: {n} subword tokens, more than the {limit} "
+                  f"the model takes (max_len {model.config.max_len}, --max-tokens "
+                  f"{args.max_tokens}); translated its first {limit} tokens only")
+    longest = min(max(lengths, default=1), limit) + 1
+    budget = _check_beam(args, model, device, longest)
     outputs = translate(model, tokenizer, lines, beam_size=args.beam_size,
-                        length_penalty=args.length_penalty, max_tokens=args.max_tokens)
-    for line in outputs:
-        print(line)
+                        length_penalty=args.length_penalty, max_tokens=args.max_tokens,
+                        truncate=True, memory_budget=budget)
+    assert len(outputs) == len(lines)
+    text = "".join(o.replace("\n", " ") + "\n" for o in outputs)
+    sys.stdout.buffer.write(text.encode("utf-8"))
+    sys.stdout.flush()
     return 0
 
 
 def cmd_bleu(args) -> int:
-    from transformer_book.data import load_multi30k
-    from transformer_book.train import corpus_bleu, translate
+    from transformer_book.data import MULTI30K_SIZES, load_multi30k
+    from transformer_book.evaluation import corpus_bleu, source_token_limit, translate
 
+    if args.split not in MULTI30K_SIZES:
+        raise UsageError(f"--split {args.split}: unknown; use one of {', '.join(MULTI30K_SIZES)}")
+    _check_data_dir(args.data_dir)
     model, tokenizer, _ = _read_checkpoint(args)
     split = load_multi30k(args.split, args.data_dir)
+    limit = source_token_limit(model, args.max_tokens)
+    longest = min(max(len(ids) for ids in tokenizer.encode_batch(split.src)), limit) + 1
+    budget = _check_beam(args, model, next(model.parameters()).device, longest)
     hyps = translate(model, tokenizer, split.src, beam_size=args.beam_size,
                      length_penalty=args.length_penalty, max_tokens=args.max_tokens,
-                     progress=True)
+                     progress=True, truncate=True, memory_budget=budget)
     score, signature = corpus_bleu(hyps, split.tgt)
     print(f"{args.split} beam={args.beam_size}: {score}")
     print(f"signature: {signature}")
     return 0
 
 
+# --------------------------------------------------------------------------- errors
+
+
+def _message(exc: BaseException) -> tuple[str, int]:
+    """One line saying what went wrong (and what to do), and the exit status."""
+    from transformer_book.checkpoint import (
+        CheckpointError,
+        CheckpointWriteError,
+        DirectoryLockedError,
+    )
+    from transformer_book.data import Multi30kError
+
+    if isinstance(exc, UsageError | CLIError):
+        return str(exc), exc.status
+    if isinstance(exc, CheckpointWriteError):
+        return exc.strerror, 1
+    if isinstance(exc, CheckpointError | DirectoryLockedError | Multi30kError
+                  | FloatingPointError):
+        return str(exc), 1
+    if isinstance(exc, OSError):
+        where = f"{exc.filename}: " if exc.filename else ""
+        return f"{where}{exc.strerror or exc}", 1
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted", 130
+    return (f"unexpected {type(exc).__name__}: {exc}; run again with --debug for the "
+            "traceback, and please report it"), 1
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     command = {"train": cmd_train, "translate": cmd_translate, "bleu": cmd_bleu}[args.command]
-    return command(args)
+    debug = args.debug or os.environ.get(DEBUG_ENV, "") not in ("", "0")
+    try:
+        return command(args)
+    except BrokenPipeError:  # e.g. `translate ... | head`: the reader left, nothing to say
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
+    except (Exception, KeyboardInterrupt) as exc:
+        if debug:
+            traceback.print_exc()
+        message, status = _message(exc)
+        message = " ".join(str(message).split())  # one line, whatever the exception held
+        print(f"{PROG} {args.command}: error: {message}", file=sys.stderr)
+        return status
 
 
 if __name__ == "__main__":

@@ -15,6 +15,30 @@ from torch import Tensor, nn
 from transformer_book.batching import BatchedCorpus, collate
 
 
+def source_token_limit(model: nn.Module, max_tokens: int) -> int:
+    """The most subword tokens a source sentence may have: ``<eos>`` is appended, and the
+    result must fit the positional table (``max_len``) and one batch (``max_tokens``)."""
+    return min(model.config.max_len, max_tokens) - 1
+
+
+def decode_memory_bytes(config, src_len: int, beam_size: int, sentences: int = 1) -> int:
+    """A rough upper estimate of the memory that decoding ``sentences`` sources of ``src_len``
+    tokens with ``beam_size`` beams needs (float32): per beam, the encoder output and the
+    cached keys and values of every decoder layer (self-attention over the output so far,
+    cross-attention over the source), counted twice because reordering beams copies the cache,
+    plus a few rows of vocabulary-sized scores.
+
+    The output may grow to ``src_len + 50`` tokens (Sec. 6.1), capped by ``max_len``.
+    """
+    out_len = min(src_len + 50, config.max_len - 1)
+    per_beam = (
+        config.d_model * src_len  # encoder output
+        + 2 * config.num_layers * 2 * config.d_model * (out_len + src_len)  # caches, copied
+        + 4 * config.tgt_vocab_size  # logits, log-probabilities, scores, top-k
+    ) * 4 + 8 * out_len  # float32, and the int64 output tokens
+    return per_beam * beam_size * sentences
+
+
 @torch.no_grad()
 def translate(
     model: nn.Module,
@@ -27,19 +51,26 @@ def translate(
     max_new_tokens: int | None = None,
     device: torch.device | str | None = None,
     progress: bool = False,
+    truncate: bool = False,
+    memory_budget: int | None = None,
 ) -> list[str]:
     """Translate raw sentences: tokenise, batch by length, decode, detokenise (Sec. 6.1).
 
     Args:
         model: a trained :class:`~transformer_book.model.Transformer`.
         tokenizer: the :class:`~transformer_book.tokenizer.SubwordTokenizer` it was trained with.
-        sentences: source sentences (raw text).
+        sentences: source sentences (raw text). An empty or whitespace-only sentence gives an
+            empty translation (it is not decoded).
         beam_size: 1 = greedy decoding; >1 = beam search (the paper: 4).
         length_penalty: alpha of the beam search length penalty (the paper: 0.6).
         max_tokens: padded source tokens per batch.
         max_new_tokens: cap on output length (None = the decoder's default).
         device: where to run (default: the model's device).
         progress: show a tqdm bar over batches.
+        truncate: translate only the first :func:`source_token_limit` tokens of a longer
+            sentence (False: raise ValueError naming it).
+        memory_budget: bytes one batch may use (:func:`decode_memory_bytes`); larger batches
+            are split (None: no limit).
 
     Returns:
         One detokenised translation per sentence, in the input order.
@@ -53,7 +84,19 @@ def translate(
     if device is None:
         device = next(model.parameters()).device
     model.eval()
-    src_ids = tokenizer.encode_batch(list(sentences))
+    out: list[str] = [""] * len(sentences)
+    keep = [i for i, s in enumerate(sentences) if s.strip()]  # empty in, empty out
+    src_ids = tokenizer.encode_batch([sentences[i] for i in keep])
+    limit = source_token_limit(model, max_tokens)
+    for j, ids in enumerate(src_ids):
+        if len(ids) > limit:
+            if not truncate:
+                raise ValueError(
+                    f"sentence {keep[j]} has {len(ids)} subword tokens, more than the "
+                    f"{limit} that fit (max_len {model.config.max_len}, max_tokens "
+                    f"{max_tokens}); shorten it or pass truncate=True"
+                )
+            src_ids[j] = ids[:limit]
     batches = (
         BatchedCorpus(
             src_ids,
@@ -64,10 +107,17 @@ def translate(
             eos_id=tokenizer.eos_id,
             shuffle=False,
         ).batch_indices()
-        if sentences
+        if src_ids
         else []
     )
-    out: list[str] = [""] * len(sentences)
+    if memory_budget is not None:  # split batches that would need more memory than allowed
+        split = []
+        for idx in batches:
+            longest = max(len(src_ids[i]) + 1 for i in idx)
+            per_sentence = decode_memory_bytes(model.config, longest, beam_size)
+            rows = max(1, memory_budget // per_sentence)
+            split += [idx[k:k + rows] for k in range(0, len(idx), rows)]
+        batches = split
     for idx in tqdm(batches, disable=not progress, desc="translating"):
         src = collate(
             [src_ids[i] for i in idx],
@@ -92,7 +142,7 @@ def translate(
         if isinstance(ids, Tensor):  # greedy_decode returns (B, 1 + steps), padded after <eos>
             ids = ids.tolist()
         for i, text in zip(idx, tokenizer.decode_batch(ids), strict=True):
-            out[i] = text
+            out[keep[i]] = text
     return out
 
 
