@@ -75,3 +75,15 @@ def test_learned_positions_are_parameters_and_respect_offset():
     full = pe(x)
     torch.testing.assert_close(pe(x[:, :2], offset=4), full[:, 4:6])
     torch.testing.assert_close(full[0], pe.embedding.weight[:6])
+
+
+def test_wavelengths_and_concatenated_layout():
+    """Longest wavelength is 2 pi 10000^((d - 2) / d), not 10000 * 2 pi; [sin | cos] is a permutation."""
+    d_model = 16
+    table = sinusoidal_table(20000, d_model).double()  # (20000, 16)
+    omega = 10000.0 ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)  # (8,)
+    assert math.isclose(2 * math.pi / omega[-1].item(), 2 * math.pi * 10000 ** (14 / 16))
+    pos = torch.arange(20000, dtype=torch.float64)[:, None]  # (20000, 1)
+    halves = torch.cat([torch.arange(0, d_model, 2), torch.arange(1, d_model, 2)])
+    concatenated = torch.cat([torch.sin(pos * omega), torch.cos(pos * omega)], dim=1)
+    torch.testing.assert_close(table[:, halves], concatenated, atol=1e-6, rtol=0)

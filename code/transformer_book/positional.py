@@ -15,8 +15,11 @@ from torch import Tensor, nn
 def sinusoidal_table(max_len: int, d_model: int) -> Tensor:
     """Sec. 3.5: PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(same angle).
 
-    Each pair of dimensions is a sinusoid whose wavelength grows geometrically from 2*pi to
-    10000 * 2*pi. Computed in float64 and returned as float32.
+    Each pair of dimensions is a sinusoid; the wavelengths grow geometrically from 2*pi to
+    2*pi * 10000^((d_model - 2) / d_model) (the paper's "10000 * 2*pi" is the limit for large
+    d_model). Dimensions are interleaved as in the formula (sin, cos, sin, ...); Tensor2Tensor
+    concatenates [sin | cos], a fixed permutation of the columns. Computed in float64 and
+    returned as float32.
 
     Args:
         max_len: number of positions (rows).
