@@ -514,6 +514,8 @@ def read_lines(stream, invalid: str = "error") -> list[str]:
             UTF-8; ``"replace"``: such bytes become U+FFFD, with a warning per line.
     """
     raw = stream.read()
+    if isinstance(raw, str):  # a text stream (already decoded), e.g. in tests
+        raw = raw.encode("utf-8", errors="surrogateescape")
     if raw.startswith(b"\xef\xbb\xbf"):
         raw = raw[3:]
     chunks = raw.split(b"\n")
@@ -540,7 +542,7 @@ def cmd_translate(args) -> int:
 
     model, tokenizer, _ = _read_checkpoint(args)
     device = next(model.parameters()).device
-    lines = read_lines(sys.stdin.buffer, args.invalid_utf8)
+    lines = read_lines(getattr(sys.stdin, "buffer", sys.stdin), args.invalid_utf8)
     limit = source_token_limit(model, args.max_tokens)
     lengths = [len(ids) for ids in tokenizer.encode_batch(lines)]
     for number, n in enumerate(lengths, 1):
@@ -555,7 +557,11 @@ def cmd_translate(args) -> int:
                         truncate=True, memory_budget=budget)
     assert len(outputs) == len(lines)
     text = "".join(o.replace("\n", " ") + "\n" for o in outputs)
-    sys.stdout.buffer.write(text.encode("utf-8"))
+    if hasattr(sys.stdout, "buffer"):  # UTF-8 whatever the locale
+        sys.stdout.flush()
+        sys.stdout.buffer.write(text.encode("utf-8"))
+    else:
+        sys.stdout.write(text)
     sys.stdout.flush()
     return 0
 
