@@ -99,21 +99,22 @@ def check_token_ids(batch: Batch, src_vocab_size: int, tgt_vocab_size: int) -> N
 
 
 def to_device_ahead(batches: Iterable[Batch], device: torch.device | str,
-                    ahead: int = 2) -> Iterator[Batch]:
-    """Yield ``batches`` on ``device``, their copies started ``ahead`` batches early.
+                    ahead: int = 2) -> Iterator[tuple[Batch, Batch]]:
+    """Yield ``(host batch, device batch)`` pairs, the copies started ``ahead`` batches early.
 
     On CUDA each batch is pinned and copied with ``non_blocking=True``: the copy runs while the
     GPU still works on earlier steps and the host prepares the next ones. Elsewhere the batches
-    are moved one by one as they come (on the CPU, ``to`` returns the same tensors).
+    are moved one by one as they come (on the CPU, ``to`` returns the same tensors). The host
+    batch is there to count tokens without reading anything back from the device.
     """
     device = torch.device(device)
     if device.type != "cuda":
         for batch in batches:
-            yield batch.to(device)
+            yield batch, batch.to(device)
         return
-    queue: deque[Batch] = deque()
+    queue: deque[tuple[Batch, Batch]] = deque()
     for batch in batches:
-        queue.append(batch.pin_memory().to(device, non_blocking=True))
+        queue.append((batch, batch.pin_memory().to(device, non_blocking=True)))
         if len(queue) > ahead:
             yield queue.popleft()
     while queue:

@@ -32,6 +32,13 @@ from transformer_book.benchmark.decoding import (
     measure_decoding,
     source_batches,
 )
+from transformer_book.benchmark.ladder import (
+    LADDER,
+    LADDER_COLUMNS,
+    Rung,
+    ladder_table_rows,
+    measure_ladder,
+)
 from transformer_book.benchmark.memory import (
     _cpu_peak_bytes,  # noqa: F401 (tests use it)
     operator_names,
@@ -57,17 +64,22 @@ from transformer_book.benchmark.timing import (
 
 __all__ = [
     "GPU_PEAK_BF16_TFLOPS",
+    "LADDER",
+    "LADDER_COLUMNS",
+    "Rung",
     "TorchTransformerBaseline",
     "attention_implementations",
     "count_train_flops",
     "format_bytes",
     "format_table",
     "gpu_peak_tflops",
+    "ladder_table_rows",
     "loglog_slope",
     "make_eos_unreachable",
     "matched_configs",
     "measure_attention",
     "measure_decoding",
+    "measure_ladder",
     "measure_sequence_layers",
     "measure_train_throughput",
     "operator_names",
