@@ -27,6 +27,7 @@ code adds ``<bos>``/``<eos>`` where the model needs them.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import tempfile
@@ -106,9 +107,12 @@ class SubwordTokenizer:
         """
         if vocab_size <= len(SPECIAL_TOKENS):
             raise ValueError(f"vocab_size must exceed {len(SPECIAL_TOKENS)}, got {vocab_size}")
-        texts = list(texts)
-        if not texts:
+        # Streamed, not materialised: a corpus of millions of sentences passes through once.
+        texts = iter(texts)
+        first = next(texts, None)
+        if first is None:
             raise ValueError("cannot train a tokenizer on no text")
+        texts = itertools.chain([first], texts)
         tok = _new_bpe()
         trainer = trainers.BpeTrainer(
             vocab_size=vocab_size,
