@@ -12,7 +12,7 @@ aborted and recorded. For each page the test asserts:
   no `mjx-merror`), and no raw `$$` is left in the text outside code;
 - every altair chart (`div#altair-viz-*`) has drawn: vega-embed put a canvas or svg of non-zero
   size in it;
-- every image loaded (naturalWidth > 0);
+- every image loaded (naturalWidth > 0) and has alt text (not just its file name);
 - on notebook pages, every chart and figure stored in the notebook is on the page, the Colab
   link points at that notebook in the repository named by _config.yml (and the notebook exists
   there), and the download button offers the .ipynb;
@@ -183,6 +183,8 @@ async (chartTimeoutMs) => {
     })),
     images: Array.from(document.images).map((img) => ({
       src: img.getAttribute('src'), ok: img.complete && img.naturalWidth > 0,
+      alt: img.getAttribute('alt'), output: !!img.closest('.cell_output'),
+      theme: !!img.closest('.navbar-brand, .logo, header, .bd-header'),
     })),
     links: Array.from(document.querySelectorAll('a[href], link[href]')).map((a) => ({
       href: a.getAttribute('href'), cls: a.className || '', title: a.title || '',
@@ -253,6 +255,14 @@ def _check_content(html: str, report: dict, problems: list[str]) -> None:
     for img in report["images"]:
         if not img["ok"]:
             problems.append(f"image did not load: {img['src']}")
+        # Alt text: what a screen reader says, and what shows when the image fails. Docutils
+        # falls back to the file path, which says nothing: figures in the text get `:alt:`,
+        # notebook figures the cell metadata {"mystnb": {"image": {"alt": "..."}}}.
+        alt = (img["alt"] or "").strip()
+        src = img["src"] or ""
+        if not img["theme"] and (not alt or alt == src or alt.endswith(src.rsplit("/", 1)[-1])):
+            where = "notebook output" if img["output"] else "figure"
+            problems.append(f"{where} without alt text: {src}")
 
 
 IMAGE_MIMES = ("image/png", "image/jpeg", "image/svg+xml", "image/gif")
