@@ -230,16 +230,16 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(f"{name} has batch size {x.shape[0]} but query has {batch}")
 
     def _split_heads(self, x: Tensor) -> Tensor:
-        B, T, _ = x.shape
-        return x.view(B, T, self.num_heads, self.d_k).transpose(1, 2)  # (B, H, T, Dk)
+        B, length, _ = x.shape  # length: L for queries, S for keys and values
+        return x.view(B, length, self.num_heads, self.d_k).transpose(1, 2)  # (B, H, L or S, Dk)
 
     def _project(self, x: Tensor, *projections: nn.Linear) -> tuple[Tensor, ...]:
         """``x`` through several projections at once: one matrix product with their weights
         stacked (what nn.MultiheadAttention's in_proj does), the same maths as one product each,
-        fewer and larger kernels. Returns each result split into heads, (B, H, T, Dk)."""
+        fewer and larger kernels. Returns each result split into heads, (B, H, L or S, Dk)."""
         weight = torch.cat([p.weight for p in projections])  # (n * D, D)
         bias = None if projections[0].bias is None else torch.cat([p.bias for p in projections])
-        out = F.linear(x, weight, bias)  # (B, T, n * D)
+        out = F.linear(x, weight, bias)  # (B, L or S, n * D)
         return tuple(self._split_heads(part) for part in out.chunk(len(projections), dim=-1))
 
     def forward(
