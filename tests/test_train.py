@@ -220,3 +220,70 @@ def test_epoch_log_lines(tmp_path, capsys):
     _trainer(tmp_path, checkpoint_dir=None, epochs=2, log_epochs=True).fit()
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("epoch")]
     assert len(lines) == 2 and "val loss" in lines[0] and "tok/s" in lines[0]
+
+
+# --------------------------------------------------------------------------- fast path (ch. 10)
+
+
+def _weights(trainer):
+    return {k: v.clone() for k, v in trainer.model.state_dict().items()}
+
+
+def test_sync_free_loop_gives_identical_weights_and_history(tmp_path):
+    """Reading losses every few steps, host-side id checks and prefetching change nothing."""
+    plain = _trainer(tmp_path / "plain")
+    plain.fit()
+    assert plain.sync_every == 1 and not plain.prefetch  # the CPU default: the plain loop
+    fast = _trainer(tmp_path / "fast", sync_every=5, prefetch=True)
+    fast.fit()
+    for k, v in _weights(plain).items():
+        torch.testing.assert_close(fast.model.state_dict()[k], v, rtol=0, atol=0, msg=k)
+    assert fast.history.train_loss == plain.history.train_loss
+    assert fast.history.val_loss == plain.history.val_loss
+    assert fast.history.lr == plain.history.lr
+    assert fast.model.check_token_ids  # switched off during the loop only
+
+
+def test_fused_adam_matches_plain_adam(tmp_path):
+    plain = _trainer(tmp_path / "plain", max_steps=6, clip_grad_norm=None)
+    plain.fit()
+    fused = _trainer(tmp_path / "fused", max_steps=6, clip_grad_norm=None, fused_adam=True)
+    assert fused.optimizer.defaults["fused"]
+    fused.fit()
+    for k, v in _weights(plain).items():
+        if k.endswith("k_proj.bias"):  # its true gradient is 0 (softmax ignores a constant
+            continue  # shift per query): Adam scales rounding noise up to full steps there
+        torch.testing.assert_close(fused.model.state_dict()[k], v, rtol=1e-4, atol=1e-5, msg=k)
+    torch.testing.assert_close([v for _, v in fused.history.train_loss],
+                               [v for _, v in plain.history.train_loss], rtol=1e-5, atol=1e-5)
+
+
+def test_diverged_loss_raises_with_sync_free_loop(tmp_path):
+    trainer = _trainer(tmp_path, checkpoint_dir=None, sync_every=3)
+    with torch.no_grad():
+        next(trainer.model.parameters()).fill_(float("nan"))
+    with pytest.raises(FloatingPointError, match="at step 1: the run diverged"):
+        trainer.fit()
+
+
+def test_train_step_compiled_without_breaks_trains(tmp_path):
+    """torch.compile(fullgraph=True) of forward + loss: dynamo raises at any graph break (an
+    .item() or int() of a device value inside the step would be one), and the compiled step
+    gives the eager losses. The "aot_eager" backend traces forward and backward as inductor
+    would but skips code generation, which takes minutes on a CPU."""
+    from transformer_book.batching import collate
+    from transformer_book.train import TrainStep
+
+    batch = collate([[5, 6, 7], [8, 9]], [[3, 4], [5, 6, 7, 8]])
+    losses = {}
+    for compiled in (False, True):
+        torch.manual_seed(0)
+        cfg = TransformerConfig.tiny(src_vocab_size=20, tgt_vocab_size=20)
+        model = Transformer(cfg)
+        optimizer, scheduler = make_optimizer(model, cfg.d_model, 5)
+        step = TrainStep(model, optimizer, scheduler, label_smoothing=0.1, pad_id=0)
+        if compiled:
+            step.loss = torch.compile(step._loss, fullgraph=True, backend="aot_eager")
+        losses[compiled] = [float(step(batch)) for _ in range(3)]
+    torch._dynamo.reset()
+    torch.testing.assert_close(losses[True], losses[False], rtol=1e-5, atol=1e-5)

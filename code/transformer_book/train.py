@@ -403,9 +403,14 @@ class Trainer:
                                     self.model.config.tgt_vocab_size)
                 yield batch
 
-        if hasattr(self.model, "check_token_ids"):
+        before = getattr(self.model, "check_token_ids", None)
+        if before is not None:
             self.model.check_token_ids = vocab is None  # checked here instead
-        yield from to_device_ahead(checked(), self.device)
+        try:
+            yield from to_device_ahead(checked(), self.device)
+        finally:
+            if before is not None:
+                self.model.check_token_ids = before
 
     @torch.no_grad()
     def evaluate(self, data: BatchedCorpus | None = None) -> float:
