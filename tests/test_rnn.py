@@ -202,3 +202,11 @@ def test_attention_model_learns_copy_task_and_training_is_reproducible(one_threa
     torch.manual_seed(0)
     again = Seq2Seq(6, 8, 24, attention=True)
     assert train_seq2seq(again, 5, (2, 4), batch_size=32, lr=2e-2, seed=0) == losses[:5]
+
+
+def test_additive_attention_rejects_mismatched_batches_and_ranks():
+    attn = AdditiveAttention(6, 5, 4)
+    with pytest.raises(ValueError, match="same B"):
+        attn(torch.randn(2, 3, 6), torch.randn(3, 7, 5))
+    with pytest.raises(ValueError, match="same B"):
+        attn(torch.randn(3, 6), torch.randn(2, 7, 5))

@@ -189,9 +189,11 @@ def copy_task_batch(
 class AdditiveAttention(nn.Module):
     """Additive ("Bahdanau") attention of an RNN decoder over encoder states.
 
-    ``e_ij = v^T tanh(W_s s_i + W_h h_j)``, ``a_i = softmax_j(e_ij)``, ``c_i = sum_j a_ij h_j``
-    (Bahdanau et al., 2015, Sec. 3.1 and App. A). The Transformer replaces the small network
-    that scores each pair by a scaled dot product (Eq. (1) of the paper, chapter 2). No mask:
+    ``e_ij = v^T tanh(W_s s_i + W_h h_j + b)``, ``a_i = softmax_j(e_ij)``,
+    ``c_i = sum_j a_ij h_j`` (Bahdanau et al., 2015, Sec. 3.1 and App. A). The Transformer
+    replaces the small network that scores each pair by a scaled dot product (Eq. (1) of the
+    paper; its Sec. 3.2.1 compares the two). Chapter 1 writes this function out in the open,
+    compares it with dot-product attention and checks it against this module. No mask:
     every source position is attended to, so the sources of a batch must share one length.
 
     Args:
