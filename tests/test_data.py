@@ -64,7 +64,7 @@ def test_env_var_selects_the_folder(fake_val, monkeypatch):
 def test_missing_file_in_folder_says_what_to_do(fake_val):
     folder, _ = fake_val
     (folder / "val.en.gz").unlink()
-    with pytest.raises(Multi30kMissingError, match=r"val\.en\.gz is missing.*MULTI30K_DIR"):
+    with pytest.raises(Multi30kMissingError, match=r"(?s)val\.en\.gz is missing.*MULTI30K_DIR"):
         load_multi30k("val", folder)
 
 
@@ -140,6 +140,56 @@ def test_offline_error_says_how_to_supply_files(fake_val, tmp_path):
     assert "offline" in message and "MULTI30K_DIR" in message
     assert data.MULTI30K_URL.format(file="val.en.gz") in message
     assert _no_files_left(cache)
+
+
+def _offline_error(tmp_path, exc):
+    """The error multi30k_file raises when the downloader fails with ``exc``."""
+
+    def failing(url, output_file, pooch):
+        raise exc
+
+    with pytest.raises(data.Multi30kError) as info:
+        multi30k_file("val.en.gz", cache_dir=tmp_path / "cache", downloader=failing)
+    return info.value
+
+
+def test_offline_error_is_one_short_message_for_notebooks(fake_val, tmp_path):
+    err = _offline_error(tmp_path, requests.exceptions.ConnectionError("Name or service not known"))
+    message = str(err)
+    assert isinstance(err, Multi30kMissingError)
+    # the cause, named in words, and the three ways to point at a local copy
+    assert message.startswith("could not download val.en.gz: no connection to raw.githubusercontent.com")
+    assert 'os.environ["MULTI30K_DIR"] = "/path/to/multi30k"' in message  # notebook / Python
+    assert "export MULTI30K_DIR=/path/to/multi30k" in message  # shell
+    assert "python -m transformer_book train --data-dir /path/to/multi30k" in message  # CLI
+    # no chained traceback: requests' urllib3 chain is suppressed (still kept as __context__)
+    assert err.__cause__ is None and err.__suppress_context__
+    assert isinstance(err.__context__, requests.exceptions.ConnectionError)
+    # Jupyter/IPython show _render_traceback_() instead of the traceback: one short message
+    lines = err._render_traceback_()
+    assert lines == [f"Multi30kMissingError: {message}"] and len(message.splitlines()) <= 8
+
+
+def test_download_errors_name_their_cause(fake_val, tmp_path):
+    timeout = _offline_error(tmp_path, requests.exceptions.ReadTimeout("read timed out"))
+    assert "did not answer in time" in str(timeout)
+    response = requests.Response()
+    response.status_code = 404
+    http = _offline_error(tmp_path, requests.exceptions.HTTPError("404", response=response))
+    assert "answered HTTP 404" in str(http)
+    # an OSError that is not a network error: the cache folder cannot be written
+    readonly = _offline_error(tmp_path, PermissionError(13, "Permission denied"))
+    assert "could not write val.en.gz into the cache folder" in str(readonly)
+    assert "Permission denied" in str(readonly) and "TRANSFORMER_BOOK_CACHE" in str(readonly)
+    for err in (timeout, http, readonly):
+        assert err.__cause__ is None and err.__suppress_context__ and "MULTI30K_DIR" in str(err)
+
+
+def test_checksum_error_of_a_download_has_no_chain(fake_val, tmp_path):
+    _, blobs = fake_val
+    with pytest.raises(Multi30kChecksumError) as info:
+        multi30k_file("val.de.gz", cache_dir=tmp_path / "c", downloader=_fake_downloader(blobs, [], True))
+    assert info.value.__cause__ is None and info.value.__suppress_context__
 
 
 def test_interrupted_download_leaves_nothing(fake_val, tmp_path):

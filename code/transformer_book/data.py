@@ -75,7 +75,16 @@ Downloader = Callable[..., None]
 
 
 class Multi30kError(RuntimeError):
-    """Base class of the errors raised while locating or reading Multi30k."""
+    """Base class of the errors raised while locating or reading Multi30k.
+
+    Its message says what went wrong and what to do. In Jupyter and Colab it is shown alone,
+    without a traceback (see :meth:`_render_traceback_`): the frames inside the package would
+    only push the advice off the screen.
+    """
+
+    def _render_traceback_(self) -> list[str]:
+        """IPython's hook: the lines a notebook shows instead of the traceback."""
+        return [f"{type(self).__name__}: {self}"]
 
 
 class Multi30kMissingError(Multi30kError, FileNotFoundError):
@@ -140,11 +149,16 @@ def default_cache_dir() -> Path:
 
 
 def _how_to_supply(filename: str) -> str:
+    """What to do instead of downloading: the three ways to point at a local copy."""
     url = MULTI30K_URL.format(file=filename)
     return (
-        f"To use a local copy, download the Multi30k task-1 files by hand (e.g. {url}) into a "
-        f"folder and pass it as data_dir= or set the environment variable {ENV_DATA_DIR} to it "
-        f"(e.g. `export {ENV_DATA_DIR}=/path/to/multi30k`)."
+        "To use a local copy, put the gzipped Multi30k task-1 files (such as "
+        f"{url}) in a folder and point the book at it:\n"
+        f'  - in a notebook or Python session, run  os.environ["{ENV_DATA_DIR}"] = '
+        '"/path/to/multi30k"  (after `import os`) before the cell that loads the data;\n'
+        f"  - in a shell, before starting Jupyter or Python:  export {ENV_DATA_DIR}=/path/to/multi30k\n"
+        "  - on the command line:  python -m transformer_book train --data-dir /path/to/multi30k\n"
+        "    (or call load_multi30k(split, data_dir=...) in your own code)."
     )
 
 
@@ -174,7 +188,9 @@ def _download(filename: str, cache_dir: Path, downloader: Downloader | None) -> 
     expected = MULTI30K_SHA256[filename]
     url = MULTI30K_URL.format(file=filename)
     if downloader is None:
-        downloader = pooch.HTTPDownloader(progressbar=True, timeout=30)
+        # No progress bar: the files are small (each under 1 MB), and in a notebook without
+        # ipywidgets tqdm.auto would print a warning first.
+        downloader = pooch.HTTPDownloader(progressbar=False, timeout=30)
     try:
         path = pooch.retrieve(
             url,
@@ -190,14 +206,33 @@ def _download(filename: str, cache_dir: Path, downloader: Downloader | None) -> 
         raise Multi30kChecksumError(
             f"downloaded {filename} from {url} has the wrong SHA-256 checksum: expected "
             f"{expected}, got {actual}. The partial download was deleted; nothing was cached. "
-            "Try again. " + _how_to_supply(filename)
-        ) from err
-    except (requests.exceptions.RequestException, OSError) as err:
+            "Try again.\n" + _how_to_supply(filename)
+        ) from None  # the message says it all; pooch's own error would only repeat it
+    except requests.exceptions.RequestException as err:  # (a subclass of OSError: test it first)
         raise Multi30kMissingError(
-            f"could not download {filename} from {url} ({type(err).__name__}). "
-            "Are you offline? " + _how_to_supply(filename)
-        ) from err
+            f"could not download {filename}: {_network_cause(err)}.\n" + _how_to_supply(filename)
+        ) from None  # requests' chain of urllib3 errors is long and says no more than this
+    except OSError as err:
+        raise Multi30kMissingError(
+            f"could not write {filename} into the cache folder {cache_dir}: "
+            f"{err.strerror or type(err).__name__}. Set {ENV_CACHE_DIR} to a writable folder, or "
+            "use a local copy.\n" + _how_to_supply(filename)
+        ) from None
     return Path(path)
+
+
+def _network_cause(err: Exception) -> str:
+    """The cause of a failed download in a few words (the caller names the file and the fix)."""
+    import requests
+
+    host = MULTI30K_URL.split("/")[2]
+    if isinstance(err, requests.exceptions.Timeout):
+        return f"{host} did not answer in time ({type(err).__name__})"
+    if isinstance(err, requests.exceptions.ConnectionError):
+        return f"no connection to {host}: offline, or the host is blocked ({type(err).__name__})"
+    if isinstance(err, requests.exceptions.HTTPError) and err.response is not None:
+        return f"{host} answered HTTP {err.response.status_code} ({type(err).__name__})"
+    return f"{type(err).__name__} while fetching {MULTI30K_URL.format(file='...')}"
 
 
 def multi30k_file(
@@ -214,7 +249,7 @@ def multi30k_file(
         data_dir: folder holding a local copy. Defaults to ``$MULTI30K_DIR``; when neither is
             set the file comes from (or is downloaded into) ``cache_dir``.
         cache_dir: download cache; defaults to :func:`default_cache_dir`.
-        downloader: a pooch downloader (tests pass a fake one; default: HTTPS with a progress bar).
+        downloader: a pooch downloader (tests pass a fake one; default: HTTPS, 30 s timeout).
 
     Returns:
         The path of a file whose SHA-256 matches the pinned one.
@@ -230,13 +265,13 @@ def multi30k_file(
         folder = Path(data_dir).expanduser()
         if not folder.is_dir():
             raise Multi30kMissingError(
-                f"Multi30k folder {folder} does not exist (given as data_dir or ${ENV_DATA_DIR}). "
+                f"Multi30k folder {folder} does not exist (given as data_dir or ${ENV_DATA_DIR}).\n"
                 + _how_to_supply(filename)
             )
         path = folder / filename
         if not path.is_file():
             raise Multi30kMissingError(
-                f"{filename} is missing from the Multi30k folder {folder}. " + _how_to_supply(filename)
+                f"{filename} is missing from the Multi30k folder {folder}.\n" + _how_to_supply(filename)
             )
         _verify(path, expected)
         return path
