@@ -71,3 +71,68 @@ def test_batched_corpus_epochs_and_resume():
     assert corpus.num_batches(0) == len(e0)
     for b in corpus.batches(epoch=1):
         assert b.src.numel() <= 200 and b.tgt_in.numel() <= 200
+
+
+# --------------------------------------------------------------------------- fast path (ch. 10)
+
+
+def _corpus(widths=None, n=300, seed=0):
+    rng = random.Random(seed)
+    src = [[rng.randint(3, 49) for _ in range(rng.randint(1, 30))] for _ in range(n)]
+    tgt = [[rng.randint(3, 49) for _ in range(rng.randint(1, 30))] for _ in range(n)]
+    return BatchedCorpus(src, tgt, 256, seed=1, widths=widths)
+
+
+def test_fixed_width_batches_have_few_shapes_and_keep_every_pair():
+    from transformer_book.batching import bucket_width
+
+    plain, fixed = _corpus(), _corpus(widths=(8, 16, 32))
+    shapes = set()
+    seen = 0
+    for batch in fixed.batches(0):
+        W = batch.src.shape[1]
+        assert W in (8, 16, 32) and batch.src.shape == batch.tgt_in.shape == batch.tgt_out.shape
+        assert batch.src.shape[0] == 256 // W  # padded rows: the budget exactly
+        real = (batch.tgt_out != 0).any(dim=1)
+        assert bool((batch.src[~real] == 0).all())  # extra rows are all padding
+        seen += int(real.sum())
+        shapes.add(tuple(batch.src.shape))
+    assert seen == len(fixed) and len(shapes) <= 3
+    # the same tokens as the plain batches, only more padding
+    tokens = sum(b.num_tgt_tokens for b in plain.batches(0))
+    assert tokens == sum(b.num_tgt_tokens for b in fixed.batches(0))
+    assert bucket_width(9, (8, 16)) == 16 and bucket_width(9, None) == 9
+    with pytest.raises(ValueError, match="largest bucket"):
+        bucket_width(40, (8, 16, 32))
+
+
+def test_fixed_width_padding_leaves_the_loss_unchanged():
+    """Extra padded rows and columns change no real position (eval mode, no dropout)."""
+    from transformer_book.config import TransformerConfig
+    from transformer_book.model import Transformer
+    from transformer_book.train import label_smoothing_loss
+
+    torch.manual_seed(0)
+    model = Transformer(TransformerConfig.tiny(src_vocab_size=50, tgt_vocab_size=50)).eval()
+    src = [[5, 6, 7], [8, 9]]
+    tgt = [[3, 4], [5, 6, 7, 8]]
+    tight = collate(src, tgt)
+    wide = collate(src, tgt, width=8, rows=4)
+    assert wide.src.shape == (4, 8)
+    with torch.no_grad():
+        a = label_smoothing_loss(model(tight.src, tight.tgt_in), tight.tgt_out)
+        b = label_smoothing_loss(model(wide.src, wide.tgt_in), wide.tgt_out)
+    torch.testing.assert_close(a, b)
+
+
+def test_host_side_token_check_and_device_pairs():
+    from transformer_book.batching import check_token_ids, to_device_ahead
+
+    batch = collate([[5, 6, 7]], [[3, 4]])
+    check_token_ids(batch, 10, 10)
+    with pytest.raises(ValueError, match="src contains id 7, outside the vocabulary"):
+        check_token_ids(batch, 7, 10)
+    with pytest.raises(ValueError, match="tgt_in contains id 4"):
+        check_token_ids(batch, 10, 4)
+    pairs = list(to_device_ahead([batch, batch], "cpu"))
+    assert len(pairs) == 2 and all(h is batch and torch.equal(d.src, batch.src) for h, d in pairs)

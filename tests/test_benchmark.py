@@ -150,3 +150,36 @@ def test_operator_names_sees_the_attention_kernel():
     names = benchmark.operator_names(
         lambda: torch.nn.functional.scaled_dot_product_attention(q, q, q), "scaled_dot_product")
     assert "aten::scaled_dot_product_attention" in names
+
+
+def test_ladder_rows_on_cpu_skip_cuda_rungs_and_compare_both_models():
+    from transformer_book.config import TransformerConfig
+    from transformer_book.model import Transformer
+
+    cfg = benchmark.matched_configs(TransformerConfig.tiny(src_vocab_size=30, tgt_vocab_size=30,
+                                                           dropout=0.1))
+
+    def make():
+        torch.manual_seed(0)
+        return {"transformer_book": Transformer(cfg),
+                "nn.Transformer": benchmark.TorchTransformerBaseline(cfg)}
+
+    rungs = [r for r in benchmark.LADDER if r.name in ("eager baseline", "no host syncs",
+                                                       "flash SDPA", "torch.compile")]
+    rows = benchmark.measure_ladder(make, batch=2, src_len=5, tgt_len=5, rungs=rungs, steps=1,
+                                    rounds=1, config_name="tiny")
+    assert [(r["rung"], r["model"]) for r in rows] == [
+        (rung.name, m) for rung in rungs for m in ("transformer_book", "nn.Transformer")]
+    for r in rows:
+        assert {"model", "config", "rung", "device", "ms_per_step", "tokens_per_second",
+                "mfu"} <= r.keys() and r["device"] == "cpu" and r["mfu"] is None
+        measured = r["rung"] in ("eager baseline", "no host syncs")
+        assert (r["ms_per_step"] is not None) == measured, r
+        if measured:
+            assert r["tokens_per_second"] == pytest.approx(2 * 5 / (r["ms_per_step"] / 1e3))
+        else:
+            assert r["note"].startswith("skipped")
+    table = benchmark.ladder_table_rows(rows)
+    assert [t["rung"] for t in table] == [r.name for r in rungs]
+    assert table[0]["speedup"] == 1.0 and table[0]["ratio"] > 0
+    assert "ours/theirs" in benchmark.format_table(table, benchmark.LADDER_COLUMNS)

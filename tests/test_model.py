@@ -222,3 +222,18 @@ def test_errors():
         model.decode(torch.randint(3, 20, (2, 28)), memory, src_mask, cache)
     with pytest.raises(TypeError, match="TransformerConfig"):
         Transformer({"d_model": 64})
+
+
+def test_token_check_can_move_to_the_data_pipeline():
+    """model.check_token_ids = False skips the per-forward range check (its int() reads the
+    ids back from the device); the default keeps the clear error."""
+    cfg = TransformerConfig.tiny(src_vocab_size=10, tgt_vocab_size=10)
+    model = Transformer(cfg).eval()
+    src, tgt = torch.tensor([[3, 4, 12]]), torch.tensor([[1, 5]])
+    with pytest.raises(ValueError, match="src contains id 12"):
+        model(src, tgt)
+    model.check_token_ids = False
+    with pytest.raises(IndexError):  # now only the embedding lookup notices
+        model(src, tgt)
+    with pytest.raises(ValueError, match="must have shape"):  # cheap shape checks stay
+        model(src[0], tgt)
