@@ -60,3 +60,23 @@ def test_check_mask_accepts_broadcastable_and_rejects_others():
         check_mask(torch.ones(1, B, H, L, S, dtype=torch.bool), B, H, L, S)
     with pytest.raises(TypeError):
         check_mask([[True]], B, H, L, S)
+
+
+def test_decoder_mask_is_causal_and_padding_combined():
+    # Chapter 4: (L, L) & (B, 1, 1, L) broadcasts to (B, 1, L, L); a query sees key j only when
+    # j <= i and token j is real.
+    tokens = torch.tensor([[4, 5, 6, 0], [7, 8, 0, 0]])
+    mask = causal_mask(4) & padding_mask(tokens, pad_id=0)
+    assert mask.shape == (2, 1, 4, 4)
+    for b in range(2):
+        for i in range(4):
+            for j in range(4):
+                assert bool(mask[b, 0, i, j]) == (j <= i and int(tokens[b, j]) != 0)
+    check_mask(mask, 2, 3, 4, 4)
+
+
+def test_left_padding_with_causal_mask_leaves_pad_queries_without_keys():
+    # Chapter 4's fully masked rows: left padding & causal mask empties the rows of the pads.
+    tokens = torch.tensor([[0, 0, 3, 4]])
+    mask = causal_mask(4) & padding_mask(tokens, pad_id=0)
+    assert (~mask.any(dim=-1)).nonzero()[:, -1].tolist() == [0, 1]
