@@ -1,6 +1,7 @@
 """Tests of transformer_book.checkpoint: atomic writes, clear read errors, the folder lock."""
 
 import errno
+import io
 import os
 import stat
 
@@ -137,3 +138,41 @@ def test_directory_lock(tmp_path):
             DirectoryLock(tmp_path).acquire()  # a second open file description: refused
     with DirectoryLock(tmp_path):  # released on exit
         pass
+
+
+class _FullDisk(io.RawIOBase):
+    """A file on a disk that fills up after ``room`` bytes (the real torch.save writes to it)."""
+
+    def __init__(self, fd, room):
+        self.file, self.room = io.FileIO(fd, "wb"), room
+
+    def writable(self):
+        return True
+
+    def write(self, data):
+        if len(data) > self.room:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        self.room -= len(data)
+        return self.file.write(data)
+
+    def fileno(self):
+        return self.file.fileno()
+
+    def close(self):
+        self.file.close()
+        super().close()
+
+
+def test_disk_full_inside_torch_save(tmp_path, monkeypatch):
+    """torch's zip writer reports a failed write as a RuntimeError; the message still says
+    "no space" and names the file."""
+    import transformer_book.checkpoint as checkpoint
+
+    path = tmp_path / "last.pt"
+    atomic_torch_save({"format": 1, "w": torch.zeros(10)}, path)
+    before = path.read_bytes()
+    monkeypatch.setattr(checkpoint.os, "fdopen", lambda fd, mode: _FullDisk(fd, 50_000))
+    with pytest.raises(CheckpointWriteError, match="no space left") as info:
+        atomic_torch_save({"format": 1, "w": torch.zeros(100_000)}, path)
+    assert str(path) in str(info.value) and path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.pt"]

@@ -98,18 +98,40 @@ def atomic_torch_save(obj, path: str | os.PathLike) -> None:
                      0o666)  # the umask applies, as for any file the user creates
     except OSError as e:
         raise _write_error(path, e) from e
+    recorder = None
     try:
         with os.fdopen(fd, "wb") as f:
-            torch.save(obj, f)
+            recorder = _RecordingWriter(f)
+            torch.save(obj, recorder)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException as e:
         with contextlib.suppress(OSError):
             os.remove(tmp)
-        if isinstance(e, OSError):
-            raise _write_error(path, e) from e
+        # torch's zip writer turns a failed write into a RuntimeError ("unexpected pos ...");
+        # the OSError behind it (e.g. ENOSPC) was recorded on the way
+        cause = e if isinstance(e, OSError) else getattr(recorder, "error", None)
+        if isinstance(cause, OSError) and isinstance(e, OSError | RuntimeError):
+            raise _write_error(path, cause) from e
         raise
+
+
+class _RecordingWriter:
+    """A file's ``write`` that remembers the OSError it raised (torch.save hides it)."""
+
+    def __init__(self, f):
+        self.f, self.error = f, None
+
+    def write(self, data) -> int:
+        try:
+            return self.f.write(data)
+        except OSError as e:
+            self.error = e
+            raise
+
+    def __getattr__(self, name):
+        return getattr(self.f, name)
 
 
 # --------------------------------------------------------------------------- reading
