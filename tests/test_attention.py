@@ -261,3 +261,23 @@ def test_kv_cache_several_new_positions_with_shifted_causal_mask():
     torch.testing.assert_close(torch.cat([first, rest], dim=1), full)
     cache.reorder(torch.tensor([1, 1, 0]))
     assert cache.key.shape == (3, H, L, D // H)
+
+
+def test_self_attention_is_permutation_equivariant():
+    """Chapter 2's claim: without positions, permuting the tokens permutes the outputs."""
+    mha = MultiHeadAttention(D, H).eval()
+    x = torch.randn(B, L, D)
+    perm = torch.randperm(L)
+    with torch.no_grad():
+        out, w = mha(x, x, x, need_weights=True)
+        out_p, w_p = mha(x[:, perm], x[:, perm], x[:, perm], need_weights=True)
+    torch.testing.assert_close(out_p, out[:, perm])
+    torch.testing.assert_close(w_p, w[:, :, perm][..., perm])
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_mha_parameter_count_does_not_depend_on_heads(bias):
+    """Chapter 3's claim (Sec. 3.2.2): h heads of d_model / h split the same four matrices."""
+    expected = 4 * (512 * 512 + (512 if bias else 0))
+    for h in (1, 2, 8, 16, 64):
+        assert sum(p.numel() for p in MultiHeadAttention(512, h, bias=bias).parameters()) == expected
