@@ -74,3 +74,14 @@ def test_install_cell_asks_for_pyproject_version():
     version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     assert f'BOOK_VERSION = "{version}"' in install_cell_source()
     compile(install_cell_source(), "install_cell", "exec")  # the cell is valid Python
+
+
+def test_figure_without_alt_text_is_rejected(tmp_path, check):
+    cell = nbformat.v4.new_code_cell("plot()", execution_count=2)
+    cell.outputs = [nbformat.v4.new_output("display_data", data={"image/png": "iVBORw0KGgo=",
+                                                                  "text/plain": "<Figure>"})]
+    problems = check(make_notebook(tmp_path, cell))
+    assert len(problems) == 1 and "alt text" in problems[0]
+    cell.metadata["mystnb"] = {"image": {"alt": "Loss against training step for two models"}}
+    path = make_notebook(tmp_path, cell)
+    assert check(path) == []

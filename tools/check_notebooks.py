@@ -10,6 +10,8 @@
 - the first code cell is the install cell of tools/install_cell.py: it asks for the version in
   pyproject.toml and installs from the repository URL set in _config.yml, so the Colab button,
   the repository button and the install cells cannot disagree;
+- every figure a code cell shows has alt text (cell metadata mystnb.image.alt), which the book
+  puts on the image;
 - every chapter is listed in _toc.yml.
 
 Exit status 1 with one line per problem.
@@ -43,6 +45,15 @@ def check(nb_path: Path, install_source: str, toc: str) -> list[str]:
             problems.append(f"{rel}: code cell {i} was never executed (run `make execute NB={rel}`)")
         if any(o.get("output_type") == "error" for o in cell.get("outputs", [])):
             problems.append(f"{rel}: code cell {i} stores an error output")
+        has_image = any(
+            any(m.startswith("image/") for m in o.get("data", {})) for o in cell.get("outputs", [])
+        )
+        alt = cell.get("metadata", {}).get("mystnb", {}).get("image", {}).get("alt", "")
+        if has_image and len(alt.strip()) < 15:
+            problems.append(
+                f"{rel}: code cell {i} shows a figure without alt text: set its cell metadata "
+                '{"mystnb": {"image": {"alt": "what the figure shows"}}} (read aloud by screen readers)'
+            )
         if "raises-exception" in tags:
             problems.append(
                 f"{rel}: code cell {i} is tagged raises-exception: Colab's 'Run all' stops there; "
