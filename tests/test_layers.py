@@ -146,3 +146,20 @@ def test_stacks_have_independent_layers_and_final_norm_only_with_pre_norm(norm_f
     assert enc(torch.randn(B, S, D), src_mask)[1] == []
     if norm_first:  # the final LayerNorm normalises every position
         torch.testing.assert_close(out.mean(-1), torch.zeros(B, T), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_residual_switch_drops_only_the_add(norm_first):
+    """residual=False (chapter 7's ablation): LayerNorm(Sublayer(x)), or Sublayer(LayerNorm(x))."""
+    block = SublayerConnection(D, norm_first=norm_first)
+    linear = nn.Linear(D, D)
+    x = torch.randn(B, S, D)
+    assert block.residual  # the paper's default
+    with torch.no_grad():
+        with_residual = block(x, linear)
+        block.residual = False
+        without = block(x, linear)
+    expected = linear(block.norm(x)) if norm_first else block.norm(linear(x))
+    torch.testing.assert_close(without, expected)
+    added = x + linear(block.norm(x)) if norm_first else block.norm(x + linear(x))
+    torch.testing.assert_close(with_residual, added)

@@ -62,6 +62,9 @@ class SublayerConnection(nn.Module):
         self.norm = nn.LayerNorm(d_model, eps=eps)
         self.dropout = nn.Dropout(dropout)
         self.norm_first = norm_first
+        # An ablation switch, not a constructor argument (the paper always keeps the residual):
+        # chapter 7 sets it to False on a model's sub-layers to measure what the residual adds.
+        self.residual = True
 
     def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
         """Apply ``sublayer`` (a function of a (B, L, D) tensor) with residual and LayerNorm.
@@ -70,8 +73,10 @@ class SublayerConnection(nn.Module):
             x (B, L, D) -> (B, L, D)
         """
         if self.norm_first:
-            return x + self.dropout(sublayer(self.norm(x)))
-        return self.norm(x + self.dropout(sublayer(x)))
+            out = self.dropout(sublayer(self.norm(x)))
+            return x + out if self.residual else out
+        out = self.dropout(sublayer(x))
+        return self.norm(x + out if self.residual else out)  # "Add", then "Norm"
 
 
 # "AddNorm" is the name Figure 1 of the paper gives to the same block.
