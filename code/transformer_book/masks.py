@@ -15,7 +15,10 @@ from torch import Tensor
 
 
 def padding_mask(tokens: Tensor, pad_id: int) -> Tensor:
-    """Sec. 3.2.3: a mask that hides padding tokens from every query.
+    """A mask that hides padding tokens from every query (Sec. 3.2.3's mechanism).
+
+    The paper does not mention padding; masking it out the way Sec. 3.2.3 masks the future is
+    how implementations handle it.
 
     Args:
         tokens: integer token ids, right- or left-padded with ``pad_id``.
