@@ -190,7 +190,10 @@ class AdditiveAttention(nn.Module):
     """Additive ("Bahdanau") attention of an RNN decoder over encoder states.
 
     ``e_ij = v^T tanh(W_s s_i + W_h h_j + b)``, ``a_i = softmax_j(e_ij)``,
-    ``c_i = sum_j a_ij h_j`` (Bahdanau et al., 2015, Sec. 3.1 and App. A). The Transformer
+    ``c_i = sum_j a_ij h_j`` (Bahdanau et al., 2015, Sec. 3.1 and App. A.1.2). Bahdanau et al.
+    score the decoder's *previous* state ``s_{i-1}`` and write no bias ``b``; this module scores
+    whatever query states it is given (:class:`Seq2Seq` passes the current one, as Luong et al.,
+    2015, do), and ``b`` is the bias of ``key_proj``. The Transformer
     replaces the small network that scores each pair by a scaled dot product (Eq. (1) of the
     paper; its Sec. 3.2.1 compares the two). Chapter 1 writes this function out in the open,
     compares it with dot-product attention and checks it against this module. No mask:
