@@ -183,3 +183,21 @@ def test_ladder_rows_on_cpu_skip_cuda_rungs_and_compare_both_models():
     assert [t["rung"] for t in table] == [r.name for r in rungs]
     assert table[0]["speedup"] == 1.0 and table[0]["ratio"] > 0
     assert "ours/theirs" in benchmark.format_table(table, benchmark.LADDER_COLUMNS)
+
+
+def test_baseline_encode_decode_agree_with_forward():
+    """TorchTransformerBaseline's two halves (used to score nn.Transformer's BLEU) give the
+    logits of its forward pass."""
+    from transformer_book.config import TransformerConfig
+
+    torch.manual_seed(0)
+    model = benchmark.TorchTransformerBaseline(
+        TransformerConfig.tiny(src_vocab_size=30, tgt_vocab_size=30)).eval()
+    src = torch.tensor([[5, 6, 7, 2], [8, 9, 2, 0]])
+    tgt = torch.tensor([[1, 4, 5], [1, 6, 0]])
+    with torch.no_grad():
+        memory, src_mask = model.encode(src)
+        assert src_mask.shape == (2, 1, 1, 4) and not bool(src_mask[1, 0, 0, 3])
+        torch.testing.assert_close(model.decode(tgt, memory, src_mask), model(src, tgt))
+    with pytest.raises(ValueError, match="no cache"):
+        model.decode(tgt, memory, src_mask, cache=object())

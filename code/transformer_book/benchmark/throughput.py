@@ -79,6 +79,30 @@ class TorchTransformerBaseline(nn.Module):
                              tgt_is_causal=True)  # (B, T, D)
         return self.generator(h)
 
+    # The two halves, with the interface of transformer_book.Transformer, so that greedy
+    # decoding and beam search can score it too (use_cache=False: it keeps no cache).
+    def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
+        """Memory (B, S, D) and the book's source mask (B, 1, 1, S), True = may attend."""
+        scale = math.sqrt(self.config.d_model)
+        src_pad = src == self.config.pad_id  # (B, S), nn.Transformer's meaning
+        x = self.positional(self.src_embed(src) * scale)  # (B, S, D)
+        memory = self.transformer.encoder(x, src_key_padding_mask=src_pad)  # (B, S, D)
+        return memory, ~src_pad[:, None, None, :]  # back to the book's meaning
+
+    def decode(self, tgt: Tensor, memory: Tensor, src_mask: Tensor, cache=None) -> Tensor:
+        """Logits (B, T, V) for the whole target prefix ``tgt`` (B, T); no cache."""
+        if cache is not None:
+            raise ValueError("TorchTransformerBaseline keeps no cache: decode with use_cache=False")
+        scale = math.sqrt(self.config.d_model)
+        T = tgt.shape[1]
+        y = self.positional(self.tgt_embed(tgt) * scale)  # (B, T, D)
+        future = torch.ones(T, T, dtype=torch.bool, device=tgt.device).triu(1)  # True = blocked
+        h = self.transformer.decoder(y, memory, tgt_mask=future,
+                                     tgt_key_padding_mask=tgt == self.config.pad_id,
+                                     memory_key_padding_mask=~src_mask[:, 0, 0, :],
+                                     tgt_is_causal=True)  # (B, T, D)
+        return self.generator(h)
+
 
 def matched_configs(config):
     """The config with every dropout equal to ``config.dropout``, as ``nn.Transformer`` has them.
