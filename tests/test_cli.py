@@ -49,6 +49,28 @@ def cli(env, *args, stdin: bytes | None = None, umask: int | None = None, timeou
         preexec_fn=None if umask is None else (lambda: os.umask(umask)))
 
 
+def call(*args, stdin: bytes = b""):
+    """``main(ARGS)`` in this process (needs the ``in_process`` fixture): the same code as the
+    command line without the interpreter start; returns a CompletedProcess (bytes)."""
+    streams = {name: io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
+               for name in ("stdout", "stderr")}
+    old = sys.stdin, sys.stdout, sys.stderr
+    sys.stdin = io.TextIOWrapper(io.BytesIO(stdin), encoding="utf-8")
+    sys.stdout, sys.stderr = streams["stdout"], streams["stderr"]
+    try:
+        try:
+            status = main([str(a) for a in args])
+        except SystemExit as e:  # argparse
+            status = e.code
+    finally:
+        sys.stdin, sys.stdout, sys.stderr = old
+    out = {}
+    for name, stream in streams.items():
+        stream.flush()
+        out[name] = stream.buffer.getvalue()
+    return subprocess.CompletedProcess(args, status, out["stdout"], out["stderr"])
+
+
 def one_error_line(result, status: int) -> str:
     """The error of a failed run: exactly one stderr line in the house style, no traceback."""
     err = result.stderr.decode()
@@ -84,9 +106,13 @@ def run_copy(run, tmp_path):
 
 
 @pytest.fixture
-def in_process(monkeypatch):
-    """For main() in this process: one thread (restored afterwards), no debug."""
+def in_process(monkeypatch, env):
+    """For main() in this process: one thread (restored afterwards), no debug, the session's
+    tokenizer cache."""
     monkeypatch.delenv("TRANSFORMER_BOOK_DEBUG", raising=False)
+    monkeypatch.setenv("TRANSFORMER_BOOK_CACHE", env["TRANSFORMER_BOOK_CACHE"])
+    if DATA:
+        monkeypatch.setenv("MULTI30K_DIR", DATA)
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
@@ -97,12 +123,12 @@ def in_process(monkeypatch):
 
 
 @needs_data
-def test_train_resume_translate(run, run_copy, env):
+def test_train_resume_translate(run, run_copy, env, in_process):
     state = load_checkpoint(run / "last.pt")
     assert state["step"] == 3 and state["model_config"]["d_model"] == 64
     assert state["model_config"]["num_layers"] == 1
     # row 4: the run's checkpoint interval (2) survives --resume without the flag
-    result = cli(env, "train", *TINY, "--checkpoint-dir", run_copy, "--resume", "--max-steps", 4)
+    result = call("train", *TINY, "--checkpoint-dir", run_copy, "--resume", "--max-steps", 4)
     assert result.returncode == 0, result.stderr.decode()
     assert "resumed from" in result.stderr.decode()
     resumed = load_checkpoint(run_copy / "last.pt")
@@ -168,18 +194,18 @@ def test_missing_paths_are_argument_errors(tmp_path, capsys, in_process):
 
 
 @needs_data
-def test_vocab_size_smaller_than_the_alphabet(env, tmp_path):  # row 8
-    result = cli(env, "train", "--preset", "tiny", "--vocab-size", 10, "--checkpoint-dir",
+def test_vocab_size_smaller_than_the_alphabet(env, tmp_path, in_process):  # row 8
+    result = call("train", "--preset", "tiny", "--vocab-size", 10, "--checkpoint-dir",
                  tmp_path / "v", "--max-steps", 1, "--device", "cpu", "--no-progress")
     line = one_error_line(result, 2)
     assert "--vocab-size 10: too small" in line and re.search(r"at least \d+", line)
     assert not (tmp_path / "v" / "last.pt").exists()
 
 
-def test_debug_shows_the_traceback(env, tmp_path):
-    result = cli(env, "translate", "--checkpoint", tmp_path, "--debug")
+def test_debug_shows_the_traceback(env, tmp_path, in_process):
+    result = call("translate", "--checkpoint", tmp_path, "--debug")
     assert result.returncode == 2 and "Traceback" in result.stderr.decode()
-    result = cli(env, "translate", "--checkpoint", tmp_path)
+    result = call("translate", "--checkpoint", tmp_path)
     one_error_line(result, 2)
 
 
@@ -187,14 +213,14 @@ def test_debug_shows_the_traceback(env, tmp_path):
 
 
 @needs_data
-def test_translate_bad_utf8(run, env):  # row 2
+def test_translate_bad_utf8(run, env, in_process):  # row 2
     text = "Ein Hund läuft.\nZwei Männer.\n".encode() + "Ein Bär.\n".encode("latin-1")
     result = cli(env, "translate", "--checkpoint", run / "last.pt", "--beam-size", 1,
                  "--device", "cpu", stdin=text)
     line = one_error_line(result, 1)
     assert "stdin line 3" in line and "0xe4" in line and "not UTF-8" in line
     assert result.stdout == b""  # checked before anything is translated
-    result = cli(env, "translate", "--checkpoint", run / "last.pt", "--beam-size", 1,
+    result = call("translate", "--checkpoint", run / "last.pt", "--beam-size", 1,
                  "--device", "cpu", "--invalid-utf8", "replace", stdin=text)
     assert result.returncode == 0 and "stdin line 3" in result.stderr.decode()
     assert len(result.stdout.decode().splitlines()) == 3
@@ -225,15 +251,15 @@ def test_translate_empty_long_and_many_lines(run, in_process, capsys, monkeypatc
 
 
 @needs_data
-def test_translate_empty_stdin(run, env):
-    result = cli(env, "translate", "--checkpoint", run / "last.pt", "--device", "cpu",
+def test_translate_empty_stdin(run, env, in_process):
+    result = call("translate", "--checkpoint", run / "last.pt", "--device", "cpu",
                  stdin=b"")
     assert result.returncode == 0 and result.stdout == b""
 
 
 @needs_data
 def test_beam_size_bounded(run, env, in_process, capsys, monkeypatch):  # row 13
-    result = cli(env, "translate", "--checkpoint", run / "last.pt", "--beam-size", 100000,
+    result = call("translate", "--checkpoint", run / "last.pt", "--beam-size", 100000,
                  "--device", "cpu", stdin=b"Ein Hund.\n")
     assert "more beams than the model's 500 target tokens" in one_error_line(result, 2)
     # the memory estimate: refused before decoding when it exceeds half of what is free
@@ -252,20 +278,20 @@ def test_beam_size_bounded(run, env, in_process, capsys, monkeypatch):  # row 13
 
 
 @needs_data
-def test_fresh_run_refuses_existing_checkpoint(run_copy, env):  # row 5 (second half)
+def test_fresh_run_refuses_existing_checkpoint(run_copy, env, in_process):  # row 5 (second half)
     before = (run_copy / "last.pt").read_bytes()
-    result = cli(env, "train", *TINY, "--checkpoint-dir", run_copy, "--max-steps", 1)
+    result = call("train", *TINY, "--checkpoint-dir", run_copy, "--max-steps", 1)
     line = one_error_line(result, 2)
     assert "already holds last.pt" in line and "--resume" in line and "--overwrite" in line
     assert (run_copy / "last.pt").read_bytes() == before
-    result = cli(env, "train", *TINY, "--checkpoint-dir", run_copy, "--max-steps", 1,
+    result = call("train", *TINY, "--checkpoint-dir", run_copy, "--max-steps", 1,
                  "--overwrite")
     assert result.returncode == 0, result.stderr.decode()
     assert load_checkpoint(run_copy / "last.pt")["step"] == 1
 
 
 @needs_data
-def test_two_runs_on_one_folder(run_copy, env):  # row 5 (first half)
+def test_two_runs_on_one_folder(run_copy, env, in_process):  # row 5 (first half)
     with DirectoryLock(run_copy):  # another process holds the folder
         before = (run_copy / "last.pt").read_bytes()
         result = cli(env, "train", *TINY, "--checkpoint-dir", run_copy, "--resume",
@@ -273,13 +299,13 @@ def test_two_runs_on_one_folder(run_copy, env):  # row 5 (first half)
         line = one_error_line(result, 1)
         assert "in use by another training run" in line and f"pid {os.getpid()}" in line
         assert (run_copy / "last.pt").read_bytes() == before
-    result = cli(env, "train", *TINY, "--checkpoint-dir", run_copy, "--resume", "--max-steps", 4)
+    result = call("train", *TINY, "--checkpoint-dir", run_copy, "--resume", "--max-steps", 4)
     assert result.returncode == 0, result.stderr.decode()  # the lock went with its holder
 
 
 @needs_data
-def test_resume_refuses_contradicting_flags(run, env):  # row 12
-    result = cli(env, "train", "--checkpoint-dir", run, "--resume", "--preset", "small",
+def test_resume_refuses_contradicting_flags(run, env, in_process):  # row 12
+    result = call("train", "--checkpoint-dir", run, "--resume", "--preset", "small",
                  "--vocab-size", 1000, "--num-layers", 3, "--seed", 1, "--max-steps", 5)
     line = one_error_line(result, 2)
     assert "4 flag(s) contradict" in line
@@ -289,17 +315,17 @@ def test_resume_refuses_contradicting_flags(run, env):  # row 12
 
 
 @needs_data
-def test_resume_with_nothing_left_to_do(run, env):  # row 12: fewer steps/epochs, or finished
-    result = cli(env, "train", "--checkpoint-dir", run, "--resume", "--max-steps", 2)
+def test_resume_with_nothing_left_to_do(run, env, in_process):  # row 12: fewer steps/epochs, or finished
+    result = call("train", "--checkpoint-dir", run, "--resume", "--max-steps", 2)
     assert "already at step 3" in one_error_line(result, 2)
-    result = cli(env, "train", "--checkpoint-dir", run, "--resume")
+    result = call("train", "--checkpoint-dir", run, "--resume")
     assert result.returncode == 0
     assert "nothing to do" in result.stderr.decode() and "--max-steps 3" in result.stderr.decode()
     assert "val loss" not in result.stderr.decode()  # no stale metrics reprinted
 
 
 @needs_data
-def test_ctrl_c_writes_a_checkpoint_and_says_how_to_resume(env, tmp_path):  # row 9
+def test_ctrl_c_writes_a_checkpoint_and_says_how_to_resume(env, tmp_path, in_process):  # row 9
     folder = tmp_path / "int"
     proc = subprocess.Popen(
         [sys.executable, "-m", "transformer_book", "train", *TINY, "--checkpoint-dir",
@@ -320,14 +346,14 @@ def test_ctrl_c_writes_a_checkpoint_and_says_how_to_resume(env, tmp_path):  # ro
     command = err.strip().splitlines()[-1].split()
     assert command[1:] == ["-m", "transformer_book", "train", "--checkpoint-dir", str(folder),
                            "--resume", "--data-dir", DATA]
-    result = subprocess.run(command + ["--max-steps", str(step + 1), "--no-progress"],
-                            capture_output=True, env=env, timeout=300)
+    assert command[0] == sys.executable
+    result = call(*command[3:], "--max-steps", step + 1, "--no-progress")
     assert result.returncode == 0, result.stderr.decode()
     assert load_checkpoint(folder / "last.pt")["step"] == step + 1
 
 
 @needs_data
-def test_kill_9_then_resume_gives_identical_weights(env, tmp_path):
+def test_kill_9_then_resume_gives_identical_weights(env, tmp_path, in_process):
     killed = tmp_path / "killed"
     proc = subprocess.Popen(
         [sys.executable, "-m", "transformer_book", "train", *TINY, "--checkpoint-dir",
@@ -340,11 +366,11 @@ def test_kill_9_then_resume_gives_identical_weights(env, tmp_path):
     proc.wait()
     step = load_checkpoint(killed / "last.pt")["step"]  # never a truncated file
     target = step + 3
-    result = cli(env, "train", *TINY, "--checkpoint-dir", killed, "--resume", "--max-steps",
+    result = call("train", *TINY, "--checkpoint-dir", killed, "--resume", "--max-steps",
                  target)
     assert result.returncode == 0, result.stderr.decode()
     straight = tmp_path / "straight"
-    result = cli(env, "train", *TINY, "--checkpoint-dir", straight, "--epochs", 1000,
+    result = call("train", *TINY, "--checkpoint-dir", straight, "--epochs", 1000,
                  "--checkpoint-every", 2, "--max-steps", target)
     assert result.returncode == 0, result.stderr.decode()
     a = load_checkpoint(killed / "last.pt")["model"]
@@ -357,10 +383,13 @@ def test_kill_9_then_resume_gives_identical_weights(env, tmp_path):
 
 
 @needs_data
-def test_checkpoints_honour_the_umask(run, env, tmp_path):  # row 14
+def test_checkpoints_honour_the_umask(run, env, tmp_path, in_process):  # row 14
     assert (run / "last.pt").stat().st_mode & 0o777 == 0o644  # trained under umask 022
-    result = cli(env, "train", *TINY, "--checkpoint-dir", tmp_path / "private", "--max-steps", 1,
-                 umask=0o077)
+    old = os.umask(0o077)
+    try:
+        result = call("train", *TINY, "--checkpoint-dir", tmp_path / "private", "--max-steps", 1)
+    finally:
+        os.umask(old)
     assert result.returncode == 0, result.stderr.decode()
     assert (tmp_path / "private" / "last.pt").stat().st_mode & 0o777 == 0o600
 
@@ -381,11 +410,18 @@ def _patched_save(code: int) -> str:
 @needs_data
 @pytest.mark.parametrize("code, words", [(errno.ENOSPC, "no space left on the device"),
                                          (errno.EACCES, "permission denied")])
-def test_disk_full_or_permission_denied_while_writing(run_copy, env, code, words):  # row 11
+def test_disk_full_or_permission_denied_while_writing(run_copy, env, code, words, in_process,
+                                                      monkeypatch):  # row 11
     before = (run_copy / "last.pt").read_bytes()
-    result = subprocess.run(
-        [sys.executable, "-c", _patched_save(code), "train", *TINY, "--checkpoint-dir",
-         str(run_copy), "--resume", "--max-steps", "4"], capture_output=True, env=env)
+    argv = ["train", *TINY, "--checkpoint-dir", str(run_copy), "--resume", "--max-steps", "4"]
+    if code == errno.ENOSPC:  # in a subprocess
+        result = subprocess.run([sys.executable, "-c", _patched_save(code), *argv],
+                                capture_output=True, env=env)
+    else:  # the same code, in this process
+        namespace = {}
+        exec(_patched_save(code).split("torch.save = ")[0], namespace)
+        monkeypatch.setattr(torch, "save", namespace["failing_save"])
+        result = call(*argv)
     line = one_error_line(result, 1)
     assert f"cannot write {run_copy / 'last.pt'}: {words}" in line and "intact" in line
     assert (run_copy / "last.pt").read_bytes() == before  # the previous checkpoint is intact
@@ -423,7 +459,7 @@ def test_bad_checkpoint_files(run, env, tmp_path, in_process, capsys, monkeypatc
     folder = tmp_path / "resume"
     folder.mkdir()
     (folder / "last.pt").write_bytes(good[:1000])
-    result = cli(env, "train", "--checkpoint-dir", folder, "--resume")
+    result = call("train", "--checkpoint-dir", folder, "--resume")
     assert "is truncated or corrupted" in one_error_line(result, 1)
 
 
