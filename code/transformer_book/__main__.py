@@ -471,9 +471,10 @@ def _train(args, folder: Path, last: Path, state: dict | None) -> int:
     try:
         history = trainer.fit()
     except KeyboardInterrupt:
-        raise CLIError(f"interrupted twice: stopped at once, without a checkpoint; {last} "
-                       "holds the last one written, resume it with --resume", status=130) \
-            from None
+        kept = (f"{last} holds the last one written: resume it with --resume" if last.is_file()
+                else "no checkpoint was written yet")
+        raise CLIError(f"interrupted twice: stopped at once, without a checkpoint; {kept}",
+                       status=130) from None
     finally:
         for s, h in handlers.items():
             signal.signal(s, h)
