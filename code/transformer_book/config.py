@@ -36,7 +36,8 @@ class TransformerConfig:
     max_len: int = (
         512  # Sec. 3.5: rows of the positional table = longest sequence (paper sets none)
     )
-    pad_id: int = 0  # id of the padding token in both vocabularies (masked out, Sec. 3.2.3)
+    pad_id: int = 0  # id of the padding token in both vocabularies (masked out; the paper never
+    # mentions padding: batching sentences of different lengths needs it, chapter 4)
     share_embeddings: bool = True  # Sec. 3.4: one embedding matrix for source and target
     tie_output: bool = True  # Sec. 3.4: pre-softmax linear shares the target embedding matrix
     norm_first: bool = (
