@@ -91,3 +91,17 @@ def test_multi30k_round_trip_on_val(tmp_path_factory):
     for lines in (val.src, val.tgt):
         decoded = tok.decode_batch(tok.encode_batch(lines))
         assert decoded == [" ".join(line.split()) for line in lines]
+
+
+def test_cached_tokenizer_honours_the_umask(tmp_path):
+    import os
+
+    from transformer_book.tokenizer import _atomic_write_text
+
+    old = os.umask(0o022)
+    try:
+        _atomic_write_text(tmp_path / "t.json", "{}")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "t.json").stat().st_mode & 0o777 == 0o644
+    assert [p.name for p in tmp_path.iterdir()] == ["t.json"]  # no temporary file left

@@ -30,7 +30,6 @@ import hashlib
 import itertools
 import json
 import os
-import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -171,7 +170,17 @@ class SubwordTokenizer:
 
 def _atomic_write_text(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    # Created with mode 0o666 minus the umask, like any file the user creates (mkstemp would make
+    # it 0o600: others on a shared machine could not read a cached tokenizer).
+    for _ in range(100):
+        tmp = str(path.parent / f".{path.name}.{os.urandom(6).hex()}.tmp")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+            break
+        except FileExistsError:
+            continue
+    else:
+        raise FileExistsError(f"no free temporary name next to {path}")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
