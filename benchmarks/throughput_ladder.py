@@ -107,20 +107,26 @@ def main(argv: list[str] | None = None) -> list[dict]:
                              config_name=label, log=lambda line: print(line, flush=True))
         rows += got
         print(format_table(ladder_table_rows(got), LADDER_COLUMNS), flush=True)
+        if args.machine:  # after each configuration, so a long run keeps what it measured
+            write(rows, args, device)
     spreads = [r["spread"] for r in rows if r.get("spread") is not None]
     if spreads:
         print(f"\nnoise: the slowest timed round was {100 * max(spreads):.0f}% slower than the "
               f"fastest at worst (median {100 * sorted(spreads)[len(spreads) // 2]:.0f}%)")
     print(f"total wall time {time.perf_counter() - start:.0f} s")
     if args.machine:
-        out = RESULTS / args.machine / "throughput_ladder.json"
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps({
-            "hardware": describe_hardware(device), "torch": torch.__version__,
-            "date": datetime.date.today().isoformat(), "threads": torch.get_num_threads(),
-            "steps": args.steps, "rounds": args.rounds, "rows": json_rows(rows)}, indent=1) + "\n")
-        print(f"wrote {out}")
+        print(f"wrote {write(rows, args, device)}")
     return rows
+
+
+def write(rows: list[dict], args, device) -> Path:
+    out = RESULTS / args.machine / "throughput_ladder.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({
+        "hardware": describe_hardware(device), "torch": torch.__version__,
+        "date": datetime.date.today().isoformat(), "threads": torch.get_num_threads(),
+        "steps": args.steps, "rounds": args.rounds, "rows": json_rows(rows)}, indent=1) + "\n")
+    return out
 
 
 if __name__ == "__main__":
