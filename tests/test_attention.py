@@ -281,3 +281,36 @@ def test_mha_parameter_count_does_not_depend_on_heads(bias):
     expected = 4 * (512 * 512 + (512 if bias else 0))
     for h in (1, 2, 8, 16, 64):
         assert sum(p.numel() for p in MultiHeadAttention(512, h, bias=bias).parameters()) == expected
+
+
+def test_d_k_independent_of_d_model_over_h():
+    """Table 3 rows (B): d_k changes alone (d_v and d_model stay); both paths of Eq. (1) agree."""
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(32, 4, d_k=3, d_v=8).eval()
+    assert (mha.d_k, mha.d_v) == (3, 8)
+    assert mha.q_proj.weight.shape == (12, 32) and mha.v_proj.weight.shape == (32, 32)
+    assert mha.out_proj.weight.shape == (32, 32)
+    x, mem = torch.randn(2, 5, 32), torch.randn(2, 7, 32)
+    for q, kv in [(x, x), (x, mem)]:  # self-attention (fused Q, K, V) and cross-attention (fused K, V)
+        fast, _ = mha(q, kv, kv)
+        slow, weights = mha(q, kv, kv, need_weights=True)
+        torch.testing.assert_close(fast, slow)
+        assert fast.shape == (2, 5, 32) and weights.shape == (2, 4, 5, kv.shape[1])
+        # one projection at a time, as the paper writes it
+        qh = mha.q_proj(q).view(2, 5, 4, 3).transpose(1, 2)
+        kh = mha.k_proj(kv).view(2, -1, 4, 3).transpose(1, 2)
+        vh = mha.v_proj(kv).view(2, -1, 4, 8).transpose(1, 2)
+        ref = torch.softmax(qh @ kh.transpose(-1, -2) / 3**0.5, -1) @ vh
+        torch.testing.assert_close(fast, mha.out_proj(ref.transpose(1, 2).reshape(2, 5, 32)))
+
+
+def test_default_widths_keep_the_old_parameters():
+    torch.manual_seed(0)
+    a = MultiHeadAttention(16, 4)
+    torch.manual_seed(0)
+    b = MultiHeadAttention(16, 4, d_k=4, d_v=4)
+    for (na, pa), (nb, pb) in zip(a.named_parameters(), b.named_parameters(), strict=True):
+        assert na == nb and torch.equal(pa, pb)
+    with pytest.raises(ValueError, match="d_k must be a positive integer"):
+        MultiHeadAttention(16, 4, d_k=0)
+    MultiHeadAttention(30, 4, d_k=8, d_v=8)  # both given: h need not divide d_model

@@ -180,9 +180,10 @@ class MultiHeadAttention(nn.Module):
     head_i = Attention(Q W^Q_i, K W^K_i, V W^V_i).
 
     The h per-head projections W^Q_i (d_model x d_k) are stored side by side as one
-    ``nn.Linear(d_model, d_model)`` per role (``q_proj``, ``k_proj``, ``v_proj``), split into heads
-    by a reshape; ``out_proj`` is W^O. With d_k = d_model / h the cost is that of one full-size
-    head (Sec. 3.2.2).
+    ``nn.Linear(d_model, h * d_k)`` per role (``q_proj``, ``k_proj``; ``v_proj`` has h * d_v
+    outputs), split into heads by a reshape; ``out_proj`` is W^O (h * d_v -> d_model). The paper
+    sets d_k = d_v = d_model / h (the default), so the cost is that of one full-size head
+    (Sec. 3.2.2); its Table 3 rows (B) change d_k alone, which ``d_k=`` allows.
 
     Args:
         d_model: model width D (512 in the paper).
@@ -190,9 +191,12 @@ class MultiHeadAttention(nn.Module):
         dropout: dropout on the attention weights during training (not in the paper, which
             uses residual and embedding dropout only, Sec. 5.4; ``nn.MultiheadAttention`` has it).
         bias: whether the four projections have biases.
+        d_k: per-head width of queries and keys; default d_model / h (then h must divide d_model).
+        d_v: per-head width of values; default d_model / h.
     """
 
-    def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0, bias: bool = True):
+    def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
+                 d_k: int | None = None, d_v: int | None = None):
         super().__init__()
         if (
             not isinstance(d_model, int)
@@ -203,7 +207,10 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(
                 f"d_model and num_heads must be positive integers, got {d_model!r}, {num_heads!r}"
             )
-        if d_model % num_heads != 0:
+        for name, size in (("d_k", d_k), ("d_v", d_v)):
+            if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size <= 0):
+                raise ValueError(f"{name} must be a positive integer or None, got {size!r}")
+        if (d_k is None or d_v is None) and d_model % num_heads != 0:
             raise ValueError(
                 f"d_model ({d_model}) must be divisible by num_heads ({num_heads}) so that each "
                 f"head has d_k = d_model / num_heads dimensions"
@@ -212,12 +219,14 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
         self.d_model = d_model
         self.num_heads = num_heads
-        self.d_k = d_model // num_heads
+        self.d_k = d_k if d_k is not None else d_model // num_heads
+        self.d_v = d_v if d_v is not None else d_model // num_heads
         self.dropout = dropout
-        self.q_proj = nn.Linear(d_model, d_model, bias=bias)  # W^Q for all heads side by side
-        self.k_proj = nn.Linear(d_model, d_model, bias=bias)  # W^K
-        self.v_proj = nn.Linear(d_model, d_model, bias=bias)  # W^V
-        self.out_proj = nn.Linear(d_model, d_model, bias=bias)  # W^O
+        HDk, HDv = num_heads * self.d_k, num_heads * self.d_v  # d_model each with the defaults
+        self.q_proj = nn.Linear(d_model, HDk, bias=bias)  # W^Q for all heads side by side
+        self.k_proj = nn.Linear(d_model, HDk, bias=bias)  # W^K
+        self.v_proj = nn.Linear(d_model, HDv, bias=bias)  # W^V
+        self.out_proj = nn.Linear(HDv, d_model, bias=bias)  # W^O
 
     def _check_input(self, name: str, x: Tensor, batch: int | None) -> None:
         if not isinstance(x, Tensor):
@@ -231,16 +240,17 @@ class MultiHeadAttention(nn.Module):
 
     def _split_heads(self, x: Tensor) -> Tensor:
         B, length, _ = x.shape  # length: L for queries, S for keys and values
-        return x.view(B, length, self.num_heads, self.d_k).transpose(1, 2)  # (B, H, L or S, Dk)
+        return x.view(B, length, self.num_heads, -1).transpose(1, 2)  # (B, H, L or S, Dk or Dv)
 
     def _project(self, x: Tensor, *projections: nn.Linear) -> tuple[Tensor, ...]:
         """``x`` through several projections at once: one matrix product with their weights
         stacked (what nn.MultiheadAttention's in_proj does), the same maths as one product each,
         fewer and larger kernels. Returns each result split into heads, (B, H, L or S, Dk)."""
-        weight = torch.cat([p.weight for p in projections])  # (n * D, D)
+        weight = torch.cat([p.weight for p in projections])  # (sum of out_features, D)
         bias = None if projections[0].bias is None else torch.cat([p.bias for p in projections])
-        out = F.linear(x, weight, bias)  # (B, L or S, n * D)
-        return tuple(self._split_heads(part) for part in out.chunk(len(projections), dim=-1))
+        out = F.linear(x, weight, bias)  # (B, L or S, sum of out_features)
+        parts = out.split([p.out_features for p in projections], dim=-1)
+        return tuple(self._split_heads(part) for part in parts)
 
     def forward(
         self,
@@ -321,5 +331,5 @@ class MultiHeadAttention(nn.Module):
             out, weights = scaled_dot_product_attention(q, k, v, attn_mask, dropout_p)
         else:
             out, weights = fast_scaled_dot_product_attention(q, k, v, attn_mask, dropout_p), None
-        out = out.transpose(1, 2).contiguous().view(B, L, self.d_model)  # (B, L, D): concat heads
+        out = out.transpose(1, 2).contiguous().view(B, L, self.num_heads * self.d_v)  # concat heads
         return self.out_proj(out), weights

@@ -26,6 +26,8 @@ class TransformerConfig:
     num_heads: int = 8  # Sec. 3.2.2: h = 8 parallel attention heads
     num_layers: int = 6  # Sec. 3.1: N = 6 identical layers, in the encoder and in the decoder each
     d_ff: int = 2048  # Sec. 3.3: inner width of the position-wise feed-forward network
+    d_key: int | None = None  # Sec. 3.2.2: per-head query/key width d_k; None = d_model / h (Table 3 B)
+    d_value: int | None = None  # Sec. 3.2.2: per-head value width d_v; None = d_model / h
     dropout: float = 0.1  # Sec. 5.4: P_drop on each sub-layer output and on embeddings + positions
     attention_dropout: float = (
         0.0  # not in the paper (Sec. 5.4 has none here); nn.Transformer uses dropout
@@ -59,7 +61,11 @@ class TransformerConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        if self.d_model % self.num_heads != 0:
+        for name in ("d_key", "d_value"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
+                raise ValueError(f"{name} must be a positive integer or None, got {value!r}")
+        if (self.d_key is None or self.d_value is None) and self.d_model % self.num_heads != 0:
             raise ValueError(
                 f"d_model ({self.d_model}) must be divisible by num_heads ({self.num_heads}) "
                 "so that each head has d_k = d_model / num_heads dimensions (Sec. 3.2.2)"
@@ -84,8 +90,13 @@ class TransformerConfig:
 
     @property
     def d_k(self) -> int:
-        """Sec. 3.2.2: per-head width d_k = d_v = d_model / h (64 in the base model)."""
-        return self.d_model // self.num_heads
+        """Sec. 3.2.2: per-head query/key width, d_model / h (64 in the base model) unless d_key."""
+        return self.d_key if self.d_key is not None else self.d_model // self.num_heads
+
+    @property
+    def d_v(self) -> int:
+        """Sec. 3.2.2: per-head value width, d_model / h (64 in the base model) unless d_value."""
+        return self.d_value if self.d_value is not None else self.d_model // self.num_heads
 
     def to_dict(self) -> dict:
         """The fields as a plain dict (for logging and checkpoints)."""
