@@ -32,8 +32,8 @@ from transformer_book.tokenizer import load_or_train_tokenizer
 from transformer_book.train import TrainConfig, Trainer, corpus_bleu, prepare_corpus, translate
 
 PRESETS = ("tiny", "small", "base", "big")
-MODEL_FIELDS = ("d_model", "num_heads", "num_layers", "d_ff", "dropout", "attention_dropout",
-                "ffn_dropout")
+MODEL_FIELDS = ("d_model", "num_heads", "num_layers", "d_ff", "d_key", "d_value", "dropout",
+                "attention_dropout", "ffn_dropout")
 
 
 def main(argv: list[str] | None = None) -> dict:

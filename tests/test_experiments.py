@@ -52,7 +52,8 @@ def test_table3_argv_and_unsupported_rows():
     argv = table3.row_argv("E", ["--preset", "base"], seed=1)
     assert argv[-1] == "--learned-positions" and "--seed" in argv and argv[argv.index("--seed") + 1] == "1"
     assert table3.row_argv("A1", [], 0)[-2:] == ["--num-heads", "1"]
-    assert table3.row_argv("B1", [], 0) is None  # d_k independent of d_model/h: not built yet
+    assert table3.row_argv("B1", [], 0)[-2:] == ["--d-key", "16"]  # d_k alone (Table 3 B)
+    assert all(table3.row_argv(row, [], 0) is not None for row in table3.PAPER_TABLE3)
 
 
 def test_table3_aggregate(tmp_path):

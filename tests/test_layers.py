@@ -163,3 +163,22 @@ def test_residual_switch_drops_only_the_add(norm_first):
     torch.testing.assert_close(without, expected)
     added = x + linear(block.norm(x)) if norm_first else block.norm(x + linear(x))
     torch.testing.assert_close(with_residual, added)
+
+
+def test_table3_row_b_widths_reach_every_attention_layer():
+    """TransformerConfig.d_key (Table 3 rows B) sets d_k in every attention module; d_v stays."""
+    import dataclasses
+
+    from transformer_book import Transformer, TransformerConfig
+
+    base = TransformerConfig.tiny(src_vocab_size=50, tgt_vocab_size=50)
+    config = dataclasses.replace(base, d_key=4)
+    model = Transformer(config)
+    attention = [m for m in model.modules() if m.__class__.__name__ == "MultiHeadAttention"]
+    assert len(attention) == 3 * config.num_layers
+    assert all((m.d_k, m.d_v) == (4, base.d_model // base.num_heads) for m in attention)
+    assert model.num_parameters() < Transformer(base).num_parameters()
+    src = torch.randint(3, 50, (2, 6))
+    logits = model(src, torch.randint(3, 50, (2, 5)))
+    logits = logits[0] if isinstance(logits, tuple) else logits
+    assert logits.shape == (2, 5, 50)

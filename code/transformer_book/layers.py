@@ -94,6 +94,7 @@ class EncoderLayer(nn.Module):
         layer_norm_eps: LayerNorm epsilon.
         attention_dropout: dropout on attention weights (not in the paper).
         ffn_dropout: dropout inside the feed-forward network (not in the paper).
+        d_k, d_v: per-head widths; None = d_model / num_heads (Sec. 3.2.2; Table 3 (B) varies d_k).
     """
 
     def __init__(
@@ -107,9 +108,12 @@ class EncoderLayer(nn.Module):
         layer_norm_eps: float = 1e-5,
         attention_dropout: float = 0.0,
         ffn_dropout: float = 0.0,
+        d_k: int | None = None,
+        d_v: int | None = None,
     ):
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=attention_dropout)
+        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=attention_dropout,
+                                            d_k=d_k, d_v=d_v)
         self.feed_forward = PositionwiseFeedForward(d_model, d_ff, dropout=ffn_dropout)
         self.attn_sublayer = SublayerConnection(d_model, dropout, norm_first, layer_norm_eps)
         self.ffn_sublayer = SublayerConnection(d_model, dropout, norm_first, layer_norm_eps)
@@ -156,10 +160,14 @@ class DecoderLayer(nn.Module):
         layer_norm_eps: float = 1e-5,
         attention_dropout: float = 0.0,
         ffn_dropout: float = 0.0,
+        d_k: int | None = None,
+        d_v: int | None = None,
     ):
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=attention_dropout)
-        self.cross_attn = MultiHeadAttention(d_model, num_heads, dropout=attention_dropout)
+        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=attention_dropout,
+                                            d_k=d_k, d_v=d_v)
+        self.cross_attn = MultiHeadAttention(d_model, num_heads, dropout=attention_dropout,
+                                             d_k=d_k, d_v=d_v)
         self.feed_forward = PositionwiseFeedForward(d_model, d_ff, dropout=ffn_dropout)
         self.self_attn_sublayer = SublayerConnection(d_model, dropout, norm_first, layer_norm_eps)
         self.cross_attn_sublayer = SublayerConnection(d_model, dropout, norm_first, layer_norm_eps)
@@ -228,6 +236,8 @@ def _layer_kwargs(config: TransformerConfig) -> dict:
         "layer_norm_eps": config.layer_norm_eps,
         "attention_dropout": config.attention_dropout,
         "ffn_dropout": config.ffn_dropout,
+        "d_k": config.d_key,  # None: d_model / h, the paper's choice
+        "d_v": config.d_value,
     }
 
 
