@@ -82,13 +82,13 @@ execute: $(STAMP)
 COMPAT_TORCH ?= 2.3.1
 COMPAT_PINS  ?= numpy<2
 COMPAT_VENV  ?= $(HOME)/.cache/transformer-book/venv-torch$(COMPAT_TORCH)
-COMPAT_TOOLS := jupyter-book|ipykernel|nbformat|pytest|PyYAML
+COMPAT_TOOLS := jupyter-book|ipykernel|nbformat|pytest|PyYAML|build
 .PHONY: compat
 compat: $(STAMP)
 	test -x $(COMPAT_VENV)/bin/python || $(PYTHON) -m venv $(COMPAT_VENV)
 	grep -E '^($(COMPAT_TOOLS))==' requirements.txt > $(COMPAT_VENV)/tools.txt
 	$(COMPAT_VENV)/bin/python -m pip install --quiet "torch==$(COMPAT_TORCH)" "$(COMPAT_PINS)" \
-		-r $(COMPAT_VENV)/tools.txt -e .
+		-r $(COMPAT_VENV)/tools.txt "setuptools>=77" -e .
 	$(COMPAT_VENV)/bin/python -m pip freeze --exclude-editable
 	status=0; \
 	$(BIN)/python tools/run_all.py --python $(COMPAT_VENV)/bin/python chapters/*.ipynb || status=1; \
