@@ -64,3 +64,57 @@ def test_fixture_corpus_trains_a_tokenizer_from_a_stream_and_batches(tmp_path):
     batches = list(data.batches(epoch=0))
     assert sum(b.src.shape[0] for b in batches) == 60
     assert listed.decode(listed.encode(EN[0])) == EN[0]
+
+
+@pytest.fixture
+def files(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRANSFORMER_BOOK_CACHE", str(tmp_path / "cache"))  # tokenizer cache
+    names = {}
+    for split, reps in (("train", 30), ("valid", 2)):
+        names[f"{split}_src"] = write(tmp_path, f"{split}.de", DE * reps)
+        names[f"{split}_tgt"] = write(tmp_path, f"{split}.en", EN * reps)
+    return names
+
+
+def cli_args(files, run_dir, *extra):
+    args = ["train", "--preset", "tiny", "--epochs", "1", "--vocab-size", "120", "--max-tokens", "128",
+            "--warmup-steps", "10", "--checkpoint-dir", str(run_dir), "--no-progress"]
+    for name, path in files.items():
+        args += ["--" + name.replace("_", "-"), str(path)]
+    return args + list(extra)
+
+
+def test_cli_trains_and_resumes_on_your_own_corpus(files, tmp_path, capsys):
+    import torch
+    from transformer_book.__main__ import main
+    from transformer_book.checkpoint import load_checkpoint
+
+    torch.set_num_threads(1)
+    run = tmp_path / "run"
+    assert main(cli_args(files, run)) == 0
+    state = load_checkpoint(run / "last.pt", map_location="cpu")
+    assert state["extra"]["corpus"]["train_src"] == str(files["train_src"].resolve())
+    assert state["model_config"]["src_vocab_size"] <= 120
+    # --resume reads the corpus from the checkpoint; another file is a contradiction
+    assert main(["train", "--checkpoint-dir", str(run), "--resume", "--epochs", "2", "--no-progress"]) == 0
+    assert load_checkpoint(run / "last.pt", map_location="cpu")["epoch"] == 2
+    other = write(tmp_path, "other.de", DE * 30)
+    assert main(["train", "--checkpoint-dir", str(run), "--resume", "--epochs", "3",
+                 "--train-src", str(other), "--train-tgt", str(files["train_tgt"]),
+                 "--valid-src", str(files["valid_src"]), "--valid-tgt", str(files["valid_tgt"])]) == 2
+    assert "--train-src" in capsys.readouterr().err
+
+
+def test_cli_corpus_errors_are_one_line(files, tmp_path, capsys):
+    from transformer_book.__main__ import main
+
+    partial = ["train", "--train-src", str(files["train_src"]), "--checkpoint-dir", str(tmp_path / "a")]
+    assert main(partial) == 2
+    err = capsys.readouterr().err
+    assert "--train-tgt, --valid-src, --valid-tgt: missing" in err and len(err.strip().splitlines()) == 1
+    short = write(tmp_path, "short.en", EN)
+    bad = dict(files, train_tgt=short)
+    assert main(cli_args(bad, tmp_path / "b")) == 1
+    err = capsys.readouterr().err
+    assert "short.en has 3 lines but" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "b" / "last.pt").exists()

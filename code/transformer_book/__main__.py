@@ -104,8 +104,9 @@ def _common(p) -> None:
 
 def _add_train(sub) -> None:
     d = TRAIN_DEFAULTS
-    p = sub.add_parser("train", help="train on Multi30k de->en, with checkpoints",
-                       description="Train a Transformer on Multi30k task 1 (German -> English). "
+    p = sub.add_parser("train", help="train on Multi30k de->en (or your own corpus), with checkpoints",
+                       description="Train a Transformer on Multi30k task 1 (German -> English), "
+                       "or on your own parallel text files (--train-src ... --valid-tgt). "
                        "Writes CHECKPOINT_DIR/last.pt every --checkpoint-every steps, at each "
                        "epoch end and on Ctrl-C; --resume continues from it with the run's own "
                        "settings (only --epochs, --max-steps, --checkpoint-every and --device "
@@ -140,6 +141,10 @@ def _add_train(sub) -> None:
     g.add_argument("--overwrite", action="store_true",
                    help="start a new run in CHECKPOINT_DIR even though it holds a last.pt "
                    "(deleted when training starts)")
+    c = p.add_argument_group("your own corpus (instead of Multi30k; all four files, one sentence "
+                             "per line, UTF-8, line counts matching)")
+    for name in CORPUS_FLAGS:
+        c.add_argument("--" + name.replace("_", "-"), metavar="FILE")
     p.add_argument("--train-limit", type=positive_int, help="use only the first N training pairs "
                    "(smoke tests); the tokenizer is still learned from the whole training split")
     p.add_argument("--seed", type=_int_at_least(0), help=f"random seed ({d['seed']})")
@@ -202,6 +207,37 @@ def _check_device(name: str | None) -> None:
     elif device.type == "mps" and not torch.backends.mps.is_available():
         raise UsageError(f"--device {name}: MPS is not available on this machine; "
                          "use --device cpu")
+
+
+CORPUS_FLAGS = ("train_src", "train_tgt", "valid_src", "valid_tgt")
+
+
+def _corpus_files(args) -> dict[str, str] | None:
+    """The four parallel text files of --train-src ... --valid-tgt, as absolute paths, or None."""
+    given = {k: getattr(args, k, None) for k in CORPUS_FLAGS}
+    if not any(given.values()):
+        return None
+    missing = [k for k, v in given.items() if not v]
+    if missing:
+        flags = ", ".join("--" + k.replace("_", "-") for k in missing)
+        raise UsageError(f"{flags}: missing; your own corpus needs all four files (training and "
+                         "validation, source and target), or none of them for Multi30k")
+    for name, path in given.items():
+        if not Path(path).is_file():
+            raise UsageError(f"--{name.replace('_', '-')} {path}: no such file")
+    return {k: str(Path(v).resolve()) for k, v in given.items()}
+
+
+def _load_corpus(args, files: dict[str, str] | None):
+    """(training, validation) ParallelCorpus: the user's parallel files, else Multi30k."""
+    if files is None:
+        from transformer_book.data import load_multi30k
+
+        return load_multi30k("train", args.data_dir), load_multi30k("val", args.data_dir)
+    from transformer_book.corpus import load_parallel_text
+
+    return (load_parallel_text(files["train_src"], files["train_tgt"], name="train"),
+            load_parallel_text(files["valid_src"], files["valid_tgt"], name="valid"))
 
 
 def _check_data_dir(folder: str | None) -> None:
@@ -301,10 +337,13 @@ def _resume_conflicts(args, state: dict) -> list[str]:
         "clip_grad_norm": train.get("clip_grad_norm"),
         "seed": train.get("seed"),
         "train_limit": extra.get("train_limit"),
+        **{k: (extra.get("corpus") or {}).get(k) for k in CORPUS_FLAGS},
     }
     out = []
     for name, value in run.items():
         given = getattr(args, name)
+        if name in CORPUS_FLAGS and given is not None:
+            given = str(Path(given).resolve())
         if given is not None and given != value:
             flag = "--" + name.replace("_", "-")
             shown = "" if isinstance(given, bool) else f" {given}"
@@ -334,6 +373,10 @@ def cmd_train(args) -> int:
         raise UsageError(f"--checkpoint-dir {folder}: exists and is not a folder")
     _check_device(args.device)
     _check_data_dir(args.data_dir)
+    files = _corpus_files(args)
+    if files is not None and args.data_dir:
+        raise UsageError("--data-dir: not used with --train-src ... (your own corpus); give one "
+                         "or the other")
     if args.resume and not last.is_file():
         raise UsageError(f"--resume: {last} does not exist; leave out --resume to start a new "
                          "run there, or pass the --checkpoint-dir of the run to continue")
@@ -366,7 +409,6 @@ def _train(args, folder: Path, last: Path, state: dict | None) -> int:
 
     from transformer_book import describe_hardware
     from transformer_book.config import TransformerConfig
-    from transformer_book.data import load_multi30k
     from transformer_book.model import Transformer
     from transformer_book.tokenizer import SubwordTokenizer, load_or_train_tokenizer
     from transformer_book.train import TrainConfig, Trainer, prepare_corpus
@@ -408,10 +450,9 @@ def _train(args, folder: Path, last: Path, state: dict | None) -> int:
                              device=args.device, checkpoint_dir=str(folder),
                              progress=not args.no_progress)
         extra = {"train_limit": args.train_limit, "preset": values["preset"],
-                 "vocab_size": values["vocab_size"]}
+                 "vocab_size": values["vocab_size"], "corpus": _corpus_files(args)}
 
-    train_split = load_multi30k("train", args.data_dir)
-    val_split = load_multi30k("val", args.data_dir)
+    train_split, val_split = _load_corpus(args, extra.get("corpus"))
     if state is None:
         vocab_size = extra["vocab_size"]
         tokenizer = load_or_train_tokenizer(train_split, vocab_size=vocab_size)
@@ -598,13 +639,14 @@ def _message(exc: BaseException) -> tuple[str, int]:
         CheckpointWriteError,
         DirectoryLockedError,
     )
+    from transformer_book.corpus import CorpusError
     from transformer_book.data import Multi30kError
 
     if isinstance(exc, UsageError | CLIError):
         return str(exc), exc.status
     if isinstance(exc, CheckpointWriteError):
         return exc.strerror, 1
-    if isinstance(exc, CheckpointError | DirectoryLockedError | Multi30kError
+    if isinstance(exc, CheckpointError | DirectoryLockedError | Multi30kError | CorpusError
                   | FloatingPointError):
         return str(exc), 1
     if isinstance(exc, OSError):
