@@ -3,17 +3,17 @@ command works in a fresh virtual environment, with the version defined in pyproj
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import sysconfig
-import tomllib
 import zipfile
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+VERSION = re.search(r'^version = "(.+)"', (ROOT / "pyproject.toml").read_text(), re.M).group(1)
 
 
 @pytest.fixture(scope="module")

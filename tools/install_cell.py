@@ -17,8 +17,6 @@ import re
 import sys
 from pathlib import Path
 
-import tomllib
-
 ROOT = Path(__file__).resolve().parent.parent
 
 TEMPLATE = '''\
@@ -46,20 +44,24 @@ if installed != BOOK_VERSION:
         raise SystemExit("transformer-book was replaced: restart the runtime, then run all cells again")'''
 
 
-def project() -> dict:
-    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+def _pyproject() -> str:
+    # Read as text (tomllib is Python 3.11+; the book supports 3.10): the two values below have
+    # one fixed form in pyproject.toml.
+    return (ROOT / "pyproject.toml").read_text()
 
 
 def book_version() -> str:
-    return project()["version"]
+    match = re.search(r'^version\s*=\s*"([^"]+)"', _pyproject(), re.MULTILINE)
+    if not match:
+        raise SystemExit('pyproject.toml: no version = "X.Y.Z" line')
+    return match.group(1)
 
 
 def torch_floor() -> str:
-    for dep in project()["dependencies"]:
-        match = re.fullmatch(r"torch\s*>=\s*([0-9.]+)", dep.strip())
-        if match:
-            return match.group(1)
-    raise SystemExit("pyproject.toml: no 'torch>=X.Y' dependency")
+    match = re.search(r'^\s*"torch\s*>=\s*([0-9.]+)"', _pyproject(), re.MULTILINE)
+    if not match:
+        raise SystemExit("pyproject.toml: no 'torch>=X.Y' dependency")
+    return match.group(1)
 
 
 def repository_url() -> str:

@@ -1,10 +1,11 @@
-"""Command line: ``python -m transformer_book train|translate|bleu ...``.
+"""Command line: ``python -m transformer_book train|translate|bleu|plot ...``.
 
     python -m transformer_book train --preset small --epochs 10 --checkpoint-dir runs/small
     python -m transformer_book train --checkpoint-dir runs/small --resume --epochs 20
     echo "Ein Hund läuft über die Wiese." | \\
         python -m transformer_book translate --checkpoint runs/small/last.pt --beam-size 4
     python -m transformer_book bleu --checkpoint runs/small/last.pt --split test_2016_flickr
+    python -m transformer_book plot runs/small      # curves from runs/small/metrics.jsonl
 
 Run ``python -m transformer_book <command> --help`` for every option.
 
@@ -181,6 +182,14 @@ def build_parser() -> argparse.ArgumentParser:
     _add_decoding(b)
     b.add_argument("--split", default="test_2016_flickr", help="val, test_2016_flickr, ...")
     b.add_argument("--data-dir", help="as for train")
+    g = sub.add_parser("plot", help="draw a run's curves from its metrics.jsonl",
+                       description="Draw the training and validation loss and the learning rate "
+                       "of a run, as chapter 8 does, from RUN_DIR/metrics.jsonl (written by "
+                       "train beside its checkpoints).")
+    g.add_argument("run_dir", metavar="RUN_DIR", help="a train --checkpoint-dir")
+    g.add_argument("--out", help="image file to write (default RUN_DIR/curves.png)")
+    g.add_argument("--debug", action="store_true",
+                   help=f"show the traceback of an error (or set {DEBUG_ENV}=1)")
     return parser
 
 
@@ -496,7 +505,7 @@ def _train(args, folder: Path, last: Path, state: dict | None) -> int:
         print(f"resumed from {last} at step {trainer.step} (epoch {trainer.epoch + 1}); "
               f"checkpoint every {config.checkpoint_every} steps", file=sys.stderr)
     elif args.overwrite:  # the user asked for a new run here: the old one's files go
-        for old in [last, *folder.glob("weights_epoch*.pt")]:
+        for old in [last, *folder.glob("weights_epoch*.pt"), folder / "metrics.jsonl"]:
             old.unlink(missing_ok=True)
     print(f"{describe_hardware(trainer.device)}; {model.num_parameters():,} parameters; "
           f"{len(train_data)} training pairs", file=sys.stderr)
@@ -626,6 +635,42 @@ def cmd_bleu(args) -> int:
     score, signature = corpus_bleu(hyps, split.tgt)
     print(f"{args.split} beam={args.beam_size}: {score}")
     print(f"signature: {signature}")
+    _record_bleu(args, score.score)
+    return 0
+
+
+def _record_bleu(args, bleu: float) -> None:
+    """Append the score to the run's metrics.jsonl, when the checkpoint sits beside one."""
+    import torch
+
+    from transformer_book.runlog import METRICS_FILE, append_metrics
+
+    log = Path(args.checkpoint).parent / METRICS_FILE
+    if not log.is_file():
+        return
+    try:
+        step = torch.load(args.checkpoint, map_location="cpu", weights_only=True).get("step")
+        append_metrics(log, [{"step": step, "bleu": bleu, "split": args.split,
+                              "beam_size": args.beam_size}])
+    except (OSError, AttributeError) as e:  # a read-only run folder: the score is printed anyway
+        _warn("bleu", f"{log}: score not recorded ({getattr(e, 'strerror', None) or e})")
+
+
+def cmd_plot(args) -> int:
+    import matplotlib
+
+    matplotlib.use("Agg")  # a file, not a window: works on a server
+    from transformer_book.runlog import plot_run
+
+    folder = Path(args.run_dir)
+    if not folder.is_dir():
+        raise UsageError(f"RUN_DIR {folder}: no such folder")
+    out = Path(args.out) if args.out else folder / "curves.png"
+    try:
+        plot_run(folder, out)
+    except FileNotFoundError as e:
+        raise CLIError(str(e)) from None
+    print(out)
     return 0
 
 
@@ -660,7 +705,8 @@ def _message(exc: BaseException) -> tuple[str, int]:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    command = {"train": cmd_train, "translate": cmd_translate, "bleu": cmd_bleu}[args.command]
+    command = {"train": cmd_train, "translate": cmd_translate, "bleu": cmd_bleu,
+               "plot": cmd_plot}[args.command]
     debug = args.debug or os.environ.get(DEBUG_ENV, "") not in ("", "0")
     try:
         return command(args)

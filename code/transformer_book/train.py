@@ -56,6 +56,7 @@ from transformer_book.checkpoint import (  # noqa: F401 (re-exported: older impo
     safe_torch_load,
 )
 from transformer_book.evaluation import corpus_bleu, translate  # noqa: F401 (re-exported)
+from transformer_book.runlog import METRICS_FILE, append_metrics
 from transformer_book.utils import get_device
 
 # --------------------------------------------------------------------------- loss
@@ -379,12 +380,20 @@ class Trainer:
         if not pending:
             return []
         values = torch.stack([loss for _, loss in pending]).tolist()  # the one host sync
+        lrs = dict(self.history.lr[-len(pending):])  # appended once per step, in step order
         for (step, _), value in zip(pending, values, strict=True):
             if not math.isfinite(value):
                 raise _diverged(value, step)
             self.history.train_loss.append((step, value))
+        self._log_metrics([{"step": step, "loss": value, "lr": lrs.get(step)}
+                           for (step, _), value in zip(pending, values, strict=True)])
         pending.clear()
         return values
+
+    def _log_metrics(self, records: list[dict]) -> None:
+        """Append to metrics.jsonl beside the checkpoints (transformer_book.runlog)."""
+        if self.config.checkpoint_dir:
+            append_metrics(Path(self.config.checkpoint_dir) / METRICS_FILE, records)
 
     def _batches(self, data: BatchedCorpus, epoch: int, start: int = 0):
         """``(host batch, device batch)`` pairs; with ``prefetch``, ids are checked on the host
@@ -473,6 +482,8 @@ class Trainer:
                     or (not cfg.eval_every and end_of_epoch)
                 ):
                     self.history.val_loss.append((self.step, self.evaluate()))
+                    self._log_metrics([{"step": self.step, "epoch": self.epoch,
+                                        "val_loss": self.history.val_loss[-1][1]}])
                     if cfg.progress:
                         bar.write(f"step {self.step}: val loss {self.history.val_loss[-1][1]:.4f}")
                 done = self._done()
@@ -487,6 +498,8 @@ class Trainer:
             if tokens:
                 rate = tokens / (time.perf_counter() - t0)
                 self.history.tokens_per_second.append((self.step, rate))
+                self._log_metrics([{"step": self.step, "epoch": self.epoch,
+                                    "tokens_per_second": rate}])
                 if cfg.log_epochs:
                     val = self.history.val_loss[-1][1] if self.history.val_loss else float("nan")
                     print(f"epoch {self.epoch:3}/{cfg.epochs}  step {self.step:6}  "
