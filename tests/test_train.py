@@ -143,7 +143,8 @@ def test_resume_continues_exactly(tmp_path):
 def test_checkpoint_interval_and_atomicity(tmp_path):
     trainer = _trainer(tmp_path, max_steps=6, epochs=100)
     trainer.fit()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.pt"]  # no temp files left
+    # no temp files left; the run record (transformer_book.runlog) sits beside the checkpoint
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.pt", "metrics.jsonl"]
     assert load_checkpoint(tmp_path / "last.pt")["step"] == 6
     with pytest.raises(ValueError, match="not a transformer_book checkpoint"):
         torch.save({"model": {}}, tmp_path / "other.pt")
