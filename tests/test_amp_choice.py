@@ -77,7 +77,7 @@ class StaysOnCPU(nn.Linear):
 
 def _cuda_trainer(amp: bool = True) -> Trainer:
     data = BatchedCorpus([[4, 5, 6]] * 4, [[6, 5, 4]] * 4, max_tokens=32)
-    # The parameters stay on the CPU, where fused Adam (the CUDA default) needs torch 2.4+.
+    # The parameters stay on the CPU, where torch 2.3 has no fused Adam (the CUDA default).
     config = TrainConfig(device="cuda", amp=amp, progress=False, checkpoint_dir=None,
                          fused_adam=False)
     return Trainer(StaysOnCPU(4, 4), data, config, d_model=4)
