@@ -34,7 +34,8 @@ def padding_mask(tokens: Tensor, pad_id: int) -> Tensor:
         raise TypeError(f"tokens must be a torch.Tensor, got {type(tokens).__name__}")
     if tokens.dim() != 2:
         raise ValueError(f"tokens must have shape (B, S), got {tuple(tokens.shape)}")
-    if tokens.is_floating_point() or tokens.dtype == torch.bool or tokens.is_complex():
+    # dtype attributes, not Tensor methods: torch 2.3's dynamo cannot trace Tensor.is_complex()
+    if tokens.dtype.is_floating_point or tokens.dtype == torch.bool or tokens.dtype.is_complex:
         raise TypeError(f"tokens must hold integer ids, got dtype {tokens.dtype}")
     return (tokens != pad_id)[:, None, None, :]  # (B, 1, 1, S)
 

@@ -97,7 +97,9 @@ class Transformer(nn.Module):
             raise TypeError(
                 f"{name} must be a torch.Tensor of token ids, got {type(tokens).__name__}"
             )
-        if tokens.is_floating_point() or tokens.is_complex() or tokens.dtype == torch.bool:
+        # dtype attributes, not Tensor.is_complex(): torch 2.3's dynamo cannot trace that call
+        # under torch.compile(fullgraph=True)
+        if tokens.dtype.is_floating_point or tokens.dtype.is_complex or tokens.dtype == torch.bool:
             raise TypeError(f"{name} must hold integer token ids, got dtype {tokens.dtype}")
         if tokens.dim() != 2:
             raise ValueError(f"{name} must have shape (B, length), got {tuple(tokens.shape)}")

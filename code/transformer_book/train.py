@@ -602,11 +602,19 @@ def autocast_dtype(device: torch.device) -> torch.dtype | None:
     later), fp16 on older CUDA GPUs such as Colab's T4, None (full precision) elsewhere."""
     if device.type != "cuda":
         return None
-    try:
-        native_bf16 = torch.cuda.is_bf16_supported(including_emulation=False)
-    except TypeError:  # PyTorch before 2.3 has no including_emulation (and reports native only)
-        native_bf16 = torch.cuda.is_bf16_supported()
-    return torch.bfloat16 if native_bf16 else torch.float16
+    return torch.bfloat16 if _native_bf16(device) else torch.float16
+
+
+def _native_bf16(device: torch.device) -> bool:
+    """Whether the GPU has bf16 units: compute capability 8.0 (Ampere) or later; ROCm GPUs do.
+
+    Not ``torch.cuda.is_bf16_supported()``: it also answers True where bf16 is only emulated
+    (Colab's T4), and torch 2.3, the oldest release the book supports, has no
+    ``including_emulation=False`` to ask for native support only.
+    """
+    if torch.version.hip:
+        return True
+    return torch.cuda.get_device_capability(device)[0] >= 8
 
 
 def average_state_dicts(states: Sequence[dict]) -> dict:
