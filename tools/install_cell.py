@@ -92,6 +92,9 @@ def write(nb_path: Path) -> bool:
     if cell.source == source:
         return False
     cell.source = source
+    tags = cell.metadata.setdefault("tags", [])
+    if "hide-input" not in tags:  # set-up, not the lesson: collapsed in the HTML
+        tags.append("hide-input")
     nbformat.write(nb, nb_path)
     return True
 
