@@ -30,7 +30,7 @@ import hashlib
 import itertools
 import json
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 import tokenizers
@@ -95,14 +95,18 @@ class SubwordTokenizer:
 
     @classmethod
     def train(
-        cls, texts: Iterable[str], vocab_size: int = 8000, min_frequency: int = 2
+        cls, texts: Iterable[str], vocab_size: int = 8000, min_frequency: int = 2, *,
+        length: int | None = None,
     ) -> SubwordTokenizer:
         """Learn a BPE vocabulary from ``texts`` (deterministic: same texts, same vocabulary).
 
         Args:
-            texts: training sentences, German and English together for a joint vocabulary.
+            texts: training sentences, German and English together for a joint vocabulary; any
+                iterable, e.g. a generator over a corpus too large to hold as a list: the
+                ``tokenizers`` trainer reads it once, in batches, and keeps only word counts.
             vocab_size: target number of ids, special tokens included.
             min_frequency: a pair must occur this often to be merged.
+            length: the number of sentences, if known (only a hint for the trainer).
         """
         if vocab_size <= len(SPECIAL_TOKENS):
             raise ValueError(f"vocab_size must exceed {len(SPECIAL_TOKENS)}, got {vocab_size}")
@@ -119,7 +123,7 @@ class SubwordTokenizer:
             special_tokens=list(SPECIAL_TOKENS),
             show_progress=False,
         )
-        tok.train_from_iterator(texts, trainer=trainer)
+        tok.train_from_iterator(texts, trainer=trainer, length=length)
         return cls(tok)
 
     def encode(self, text: str) -> list[int]:
@@ -187,8 +191,9 @@ def _atomic_write_text(path: Path, text: str) -> None:
         raise
 
 
-def cache_key(texts: Sequence[str], vocab_size: int, min_frequency: int) -> str:
-    """A short hash of the training text and every setting that changes the vocabulary."""
+def cache_key(texts: Iterable[str], vocab_size: int, min_frequency: int) -> str:
+    """A short hash of the training text and every setting that changes the vocabulary (the
+    text is streamed through the hash, never held)."""
     digest = hashlib.sha256()
     for line in texts:
         digest.update(line.encode("utf-8"))
@@ -203,6 +208,23 @@ def cache_key(texts: Sequence[str], vocab_size: int, min_frequency: int) -> str:
     return digest.hexdigest()[:16]
 
 
+def _texts(corpus) -> tuple[Callable[[], Iterator[str]], int | None]:
+    """A function giving a fresh pass over the corpus's sentences, and their number if known.
+
+    A :class:`~transformer_book.data.ParallelCorpus` gives all its source lines, then all its
+    target lines (the order :func:`cache_key` has always hashed, so cached vocabularies stay
+    valid); any other re-iterable of (source, target) pairs, e.g. a
+    :class:`~transformer_book.corpus.PairStream`, gives each pair's two sentences in turn.
+    """
+    if hasattr(corpus, "src") and hasattr(corpus, "tgt"):
+        return (lambda: itertools.chain(corpus.src, corpus.tgt)), 2 * len(corpus)
+    try:
+        length = 2 * len(corpus)
+    except TypeError:  # a stream of unknown length
+        length = None
+    return (lambda: (text for pair in corpus for text in pair)), length
+
+
 def load_or_train_tokenizer(
     corpus=None,
     *,
@@ -214,8 +236,12 @@ def load_or_train_tokenizer(
     """The joint de+en BPE tokenizer of Multi30k's training split, trained once and cached.
 
     Args:
-        corpus: a :class:`~transformer_book.data.ParallelCorpus` to learn from; by default the
-            Multi30k training split (loaded with ``data_dir``).
+        corpus: a :class:`~transformer_book.data.ParallelCorpus` to learn from, or any
+            re-iterable of (source, target) pairs (e.g. a streamed Hugging Face dataset, see
+            :func:`~transformer_book.corpus.hf_translation_pairs`); by default the Multi30k
+            training split (loaded with ``data_dir``). The sentences are streamed, never
+            copied into a list: one pass computes the cache key, and on a cache miss a second
+            pass trains.
         vocab_size, min_frequency: see :meth:`SubwordTokenizer.train`.
         cache_dir: where trained tokenizers are kept; defaults to
             ``<user cache>/transformer_book/tokenizers``. The file name holds
@@ -229,12 +255,13 @@ def load_or_train_tokenizer(
 
     if corpus is None:
         corpus = load_multi30k("train", data_dir)
-    texts = list(corpus.src) + list(corpus.tgt)
-    key = cache_key(texts, vocab_size, min_frequency)
+    texts, length = _texts(corpus)
+    key = cache_key(texts(), vocab_size, min_frequency)
     folder = Path(cache_dir) if cache_dir is not None else default_cache_dir().parent / "tokenizers"
     path = folder / f"bpe-{vocab_size}-{key}.json"
     if path.is_file():
         return SubwordTokenizer.load(path)
-    tokenizer = SubwordTokenizer.train(texts, vocab_size=vocab_size, min_frequency=min_frequency)
+    tokenizer = SubwordTokenizer.train(texts(), vocab_size=vocab_size,
+                                       min_frequency=min_frequency, length=length)
     tokenizer.save(path)
     return tokenizer
