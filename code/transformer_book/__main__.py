@@ -146,6 +146,18 @@ def _add_train(sub) -> None:
                              "per line, UTF-8, line counts matching)")
     for name in CORPUS_FLAGS:
         c.add_argument("--" + name.replace("_", "-"), metavar="FILE")
+    h = p.add_argument_group("a Hugging Face dataset (instead of Multi30k; streamed; needs "
+                             "pip install 'transformer-book[hf]')")
+    h.add_argument("--hf-dataset", metavar="NAME", help="e.g. wmt14, or a local folder (written "
+                   "by save_to_disk, or of data files such as train.jsonl)")
+    h.add_argument("--hf-config", metavar="CONFIG", help="e.g. de-en (which also gives the "
+                   "languages: de -> en)")
+    h.add_argument("--hf-src", metavar="LANG", help="source language key (default: the "
+                   "config's first)")
+    h.add_argument("--hf-tgt", metavar="LANG", help="target language key (default: the "
+                   "config's second)")
+    h.add_argument("--hf-split", metavar="SPLIT", help="training split (train)")
+    h.add_argument("--hf-valid-split", metavar="SPLIT", help="validation split (validation)")
     p.add_argument("--train-limit", type=positive_int, help="use only the first N training pairs "
                    "(smoke tests); the tokenizer is still learned from the whole training split")
     p.add_argument("--seed", type=_int_at_least(0), help=f"random seed ({d['seed']})")
@@ -221,9 +233,40 @@ def _check_device(name: str | None) -> None:
 CORPUS_FLAGS = ("train_src", "train_tgt", "valid_src", "valid_tgt")
 
 
+HF_FLAGS = ("hf_dataset", "hf_config", "hf_src", "hf_tgt", "hf_split", "hf_valid_split")
+
+
+def _hf_dataset(args) -> dict[str, str | None] | None:
+    """--hf-dataset and its settings, defaults filled in (a local folder as an absolute path)."""
+    given = {k: getattr(args, k, None) for k in HF_FLAGS}
+    if not given["hf_dataset"]:
+        stray = [k for k, v in given.items() if v]
+        if stray and not args.resume:  # (with --resume: checked against the run's settings)
+            raise UsageError(f"--{stray[0].replace('_', '-')}: only with --hf-dataset")
+        return None
+    from transformer_book.corpus import CorpusError, _languages
+
+    try:
+        given["hf_src"], given["hf_tgt"] = _languages(given["hf_config"], given["hf_src"],
+                                                      given["hf_tgt"])
+    except CorpusError as e:
+        raise UsageError(str(e)) from None
+    if Path(given["hf_dataset"]).is_dir():
+        given["hf_dataset"] = str(Path(given["hf_dataset"]).resolve())
+    given["hf_split"] = given["hf_split"] or "train"
+    given["hf_valid_split"] = given["hf_valid_split"] or "validation"
+    return given
+
+
 def _corpus_files(args) -> dict[str, str] | None:
-    """The four parallel text files of --train-src ... --valid-tgt, as absolute paths, or None."""
+    """The four parallel text files of --train-src ... --valid-tgt, as absolute paths, or the
+    --hf-dataset settings, or None (Multi30k)."""
     given = {k: getattr(args, k, None) for k in CORPUS_FLAGS}
+    hf = _hf_dataset(args)
+    if hf is not None and any(given.values()):
+        raise UsageError("--hf-dataset and --train-src ...: give one corpus, not both")
+    if hf is not None:
+        return hf
     if not any(given.values()):
         return None
     missing = [k for k, v in given.items() if not v]
@@ -238,7 +281,15 @@ def _corpus_files(args) -> dict[str, str] | None:
 
 
 def _load_corpus(args, files: dict[str, str] | None):
-    """(training, validation) ParallelCorpus: the user's parallel files, else Multi30k."""
+    """(training, validation) corpora: the user's parallel files or Hugging Face dataset (streamed
+    pairs), else Multi30k."""
+    if files is not None and files.get("hf_dataset"):
+        from transformer_book.corpus import hf_translation_pairs
+
+        return tuple(hf_translation_pairs(files["hf_dataset"], files["hf_config"],
+                                          split=files[split], src_lang=files["hf_src"],
+                                          tgt_lang=files["hf_tgt"])
+                     for split in ("hf_split", "hf_valid_split"))
     if files is None:
         from transformer_book.data import load_multi30k
 
@@ -346,12 +397,13 @@ def _resume_conflicts(args, state: dict) -> list[str]:
         "clip_grad_norm": train.get("clip_grad_norm"),
         "seed": train.get("seed"),
         "train_limit": extra.get("train_limit"),
-        **{k: (extra.get("corpus") or {}).get(k) for k in CORPUS_FLAGS},
+        **{k: (extra.get("corpus") or {}).get(k) for k in CORPUS_FLAGS + HF_FLAGS},
     }
     out = []
     for name, value in run.items():
         given = getattr(args, name)
-        if name in CORPUS_FLAGS and given is not None:
+        if given is not None and (name in CORPUS_FLAGS
+                                  or name == "hf_dataset" and Path(given).is_dir()):
             given = str(Path(given).resolve())
         if given is not None and given != value:
             flag = "--" + name.replace("_", "-")
@@ -384,7 +436,8 @@ def cmd_train(args) -> int:
     _check_data_dir(args.data_dir)
     files = _corpus_files(args)
     if files is not None and args.data_dir:
-        raise UsageError("--data-dir: not used with --train-src ... (your own corpus); give one "
+        raise UsageError("--data-dir: not used with --train-src ... or --hf-dataset (your own "
+                         "corpus); give one "
                          "or the other")
     if args.resume and not last.is_file():
         raise UsageError(f"--resume: {last} does not exist; leave out --resume to start a new "
@@ -418,9 +471,10 @@ def _train(args, folder: Path, last: Path, state: dict | None) -> int:
 
     from transformer_book import describe_hardware
     from transformer_book.config import TransformerConfig
+    from transformer_book.corpus import prepare_compact_corpus
     from transformer_book.model import Transformer
     from transformer_book.tokenizer import SubwordTokenizer, load_or_train_tokenizer
-    from transformer_book.train import TrainConfig, Trainer, prepare_corpus
+    from transformer_book.train import TrainConfig, Trainer
 
     resumable = {"checkpoint_dir": str(folder), "progress": not args.no_progress}
     resumable.update({k: getattr(args, k) for k in RESUMABLE if getattr(args, k) is not None})
@@ -481,13 +535,12 @@ def _train(args, folder: Path, last: Path, state: dict | None) -> int:
             src_vocab_size=tokenizer.vocab_size, tgt_vocab_size=tokenizer.vocab_size,
             share_embeddings=True, pad_id=tokenizer.pad_id,
             **{k: v for k, v in overrides.items() if v is not None})
-    train_limit = extra.get("train_limit")
-    if train_limit is not None:
-        train_split = dataclasses.replace(train_split, src=train_split.src[:train_limit],
-                                          tgt=train_split.tgt[:train_limit])
-    train_data = prepare_corpus(tokenizer, train_split, config.max_tokens, seed=config.seed,
-                                max_len=model_config.max_len - 2)
-    val_data = prepare_corpus(tokenizer, val_split, config.max_tokens, shuffle=False)
+    # tokenised by streaming into compact arrays (2 bytes per token): the same batches as
+    # train.prepare_corpus, for corpora of millions of pairs too
+    train_data = prepare_compact_corpus(tokenizer, train_split, config.max_tokens,
+                                        seed=config.seed, max_len=model_config.max_len - 2,
+                                        limit=extra.get("train_limit"))
+    val_data = prepare_compact_corpus(tokenizer, val_split, config.max_tokens, shuffle=False)
     for name, data in (("training", train_data), ("validation", val_data)):
         try:
             data.batch_indices(0)

@@ -332,8 +332,9 @@ def _languages(config: str | None, src_lang: str | None, tgt_lang: str | None) -
     parts = (config or "").split("-")
     if len(parts) == 2 and all(parts):  # "de-en": the book's direction, German -> English
         return src_lang or parts[0], tgt_lang or parts[1]
-    raise CorpusError(f"--hf-src/--hf-tgt: give the source and target language (the config "
-                      f"{config!r} does not name them as e.g. 'de-en')")
+    said = "no config names them" if config is None else f"the config {config!r} does not name them"
+    raise CorpusError(f"--hf-src/--hf-tgt: give the source and target language ({said} as e.g. "
+                      "'de-en')")
 
 
 def _one_line(err: BaseException) -> str:
@@ -409,15 +410,16 @@ def hf_translation_pairs(dataset: str, config: str | None = None, *, split: str 
         streaming: False downloads and caches the whole split first (``datasets``' default).
 
     Raises:
-        CorpusError: ``datasets`` is not installed, the dataset or split cannot be loaded, or
-            its rows do not hold the two languages (each in one line, what to do named).
+        CorpusError: ``datasets`` is not installed, the dataset or split cannot be loaded
+            (raised at once), or its rows do not hold the two languages (raised while
+            iterating); each in one line, what to do named.
     """
     datasets = _import_datasets()
     src, tgt = _languages(config, src_lang, tgt_lang)
     name = f"--hf-dataset {dataset}" + (f" {config}" if config else "") + f", split {split}"
 
-    def open_pairs():
-        return _hf_rows(_open_hf_split(datasets, dataset, config, split, streaming), name,
-                        src, tgt)
-
-    return PairStream(open_pairs, name=name, src_lang=src, tgt_lang=tgt)
+    # opened now, so a wrong name or split is reported before any work; each pass iterates it
+    # afresh (a streamed IterableDataset restarts from its first row)
+    ds = _open_hf_split(datasets, dataset, config, split, streaming)
+    return PairStream(lambda: _hf_rows(ds, name, src, tgt), name=name, src_lang=src,
+                      tgt_lang=tgt)
