@@ -145,3 +145,4 @@ def test_multi30k_compact_ids_take_under_a_quarter_of_the_lists_memory(monkeypat
           f"compact {per_compact:.2f} bytes/token ({list_bytes / compact_bytes:.1f}x less)")
     assert compact_bytes < list_bytes / 4
     assert per_compact < 3  # 2 bytes of uint16 + 8 bytes of offset per sentence (~13 tokens)
+    assert 20 < per_list < 40  # the README's "about 30": 8-byte pointers, 28-byte ints above 256
