@@ -148,7 +148,7 @@ def _add_train(sub) -> None:
         c.add_argument("--" + name.replace("_", "-"), metavar="FILE")
     h = p.add_argument_group("a Hugging Face dataset (instead of Multi30k; streamed; needs "
                              "pip install 'transformer-book[hf]')")
-    h.add_argument("--hf-dataset", metavar="NAME", help="e.g. wmt14, or a local folder (written "
+    h.add_argument("--hf-dataset", metavar="NAME", help="e.g. wmt/wmt14, or a local folder (written "
                    "by save_to_disk, or of data files such as train.jsonl)")
     h.add_argument("--hf-config", metavar="CONFIG", help="e.g. de-en (which also gives the "
                    "languages: de -> en)")
