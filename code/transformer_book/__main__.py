@@ -36,7 +36,7 @@ TRAIN_DEFAULTS = {"preset": "small", "vocab_size": 8000, "epochs": 10, "max_toke
                   "warmup_steps": 4000, "lr_factor": 1.0, "label_smoothing": 0.1,
                   "checkpoint_every": 500, "seed": 0}
 #: Settings that --resume may change: how long to train, how often to save, where to run.
-RESUMABLE = ("epochs", "max_steps", "checkpoint_every", "device")
+RESUMABLE = ("epochs", "max_steps", "checkpoint_every", "device", "accumulate")
 
 
 class UsageError(Exception):
@@ -110,8 +110,9 @@ def _add_train(sub) -> None:
                        "or on your own parallel text files (--train-src ... --valid-tgt). "
                        "Writes CHECKPOINT_DIR/last.pt every --checkpoint-every steps, at each "
                        "epoch end and on Ctrl-C; --resume continues from it with the run's own "
-                       "settings (only --epochs, --max-steps, --checkpoint-every and --device "
-                       "may change).")
+                       "settings (only --epochs, --max-steps, --checkpoint-every, --device and "
+                       "--accumulate may change). Under torchrun, one process per GPU (or "
+                       "several CPU processes) trains with DistributedDataParallel; see the README.")
     p.add_argument("--data-dir", help="folder with the Multi30k .gz files (default: $MULTI30K_DIR, "
                    "else download into the user cache)")
     p.add_argument("--preset", choices=PRESETS,
@@ -126,6 +127,10 @@ def _add_train(sub) -> None:
     p.add_argument("--max-steps", type=positive_int, help="stop after this many optimiser steps")
     p.add_argument("--max-tokens", type=positive_int,
                    help=f"padded tokens per batch ({d['max_tokens']})")
+    p.add_argument("--accumulate", type=positive_int,
+                   help="batches per optimiser step and process, gradients accumulated (1); "
+                   "under torchrun a step takes nproc * ACCUMULATE batches, so e.g. 2 on one "
+                   "process matches 2 processes of 1")
     p.add_argument("--warmup-steps", type=positive_int,
                    help=f"Eq. (3) warm-up ({d['warmup_steps']})")
     p.add_argument("--lr-factor", type=_float_in(0.0, low_open=True),
@@ -417,7 +422,11 @@ def _resume_command(args) -> str:
              "transformer_book", "train", "--checkpoint-dir", args.checkpoint_dir, "--resume"]
     if args.data_dir:
         parts += ["--data-dir", args.data_dir]
-    return " ".join(shlex.quote(p) for p in parts)
+    world, local = os.environ.get("WORLD_SIZE", "1"), os.environ.get("LOCAL_WORLD_SIZE")
+    if world not in ("", "1"):  # started by torchrun: start it the same way
+        where = "--standalone" if local in (None, world) else "<the same --nnodes/--rdzv-* flags>"
+        parts[:2] = ["torchrun", where, "--nproc-per-node", local or world, "-m"]
+    return " ".join(p if p.startswith("<") else shlex.quote(p) for p in parts)
 
 
 def cmd_train(args) -> int:
@@ -442,8 +451,16 @@ def cmd_train(args) -> int:
     if args.resume and not last.is_file():
         raise UsageError(f"--resume: {last} does not exist; leave out --resume to start a new "
                          "run there, or pass the --checkpoint-dir of the run to continue")
+    from transformer_book import distributed
+
+    try:  # under torchrun: this process's rank (the process group is joined in _train)
+        ctx = distributed.from_environment()
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    lock = None
     try:
-        lock = DirectoryLock(folder).acquire()
+        if ctx.is_main:  # rank 0 writes the folder; the other ranks only read it
+            lock = DirectoryLock(folder).acquire()
     except OSError as e:
         raise CLIError(f"--checkpoint-dir {folder}: cannot create or lock it "
                        f"({e.strerror or e}); choose a folder you can write to") from None
@@ -461,17 +478,36 @@ def cmd_train(args) -> int:
                 raise UsageError(f"--resume: {len(conflicts)} flag(s) contradict the run in "
                                  f"{last}: {'; '.join(conflicts)}; leave them out to continue "
                                  "the run, or start a new run in another --checkpoint-dir")
-        return _train(args, folder, last, state)
+        return _train(args, folder, last, state, ctx)
     finally:
-        lock.release()
+        if lock is not None:
+            lock.release()
+        distributed.shutdown()
 
 
-def _train(args, folder: Path, last: Path, state: dict | None) -> int:
+def _join(ctx, config):
+    """Join the torchrun process group: each process on its own GPU (``cuda:LOCAL_RANK``) with
+    NCCL, or on the CPU with gloo. Returns ``config`` with this process's device."""
+    import torch
+
+    from transformer_book import distributed
+
+    device = distributed.device_for(ctx, config.device)
+    if device.startswith("cuda") and ctx.local_rank >= torch.cuda.device_count():
+        raise UsageError(f"LOCAL_RANK {ctx.local_rank}: this machine has "
+                         f"{torch.cuda.device_count()} CUDA device(s); start at most that many "
+                         "processes per machine (torchrun --nproc-per-node), or pass --device cpu")
+    distributed.init(ctx, device)
+    return dataclasses.replace(config, device=device)
+
+
+def _train(args, folder: Path, last: Path, state: dict | None, ctx=None) -> int:
     import torch
 
     from transformer_book import describe_hardware
     from transformer_book.config import TransformerConfig
     from transformer_book.corpus import prepare_compact_corpus
+    from transformer_book.distributed import Context
     from transformer_book.model import Transformer
     from transformer_book.tokenizer import SubwordTokenizer, load_or_train_tokenizer
     from transformer_book.train import TrainConfig, Trainer
@@ -504,7 +540,8 @@ def _train(args, folder: Path, last: Path, state: dict | None) -> int:
     else:
         values = {k: (TRAIN_DEFAULTS.get(k) if getattr(args, k, None) is None
                       else getattr(args, k)) for k in TRAIN_DEFAULTS}
-        config = TrainConfig(max_tokens=values["max_tokens"], warmup_steps=values["warmup_steps"],
+        config = TrainConfig(max_tokens=values["max_tokens"], accumulate=args.accumulate or 1,
+                             warmup_steps=values["warmup_steps"],
                              lr_factor=values["lr_factor"],
                              label_smoothing=values["label_smoothing"],
                              clip_grad_norm=args.clip_grad_norm, seed=values["seed"],
@@ -515,10 +552,20 @@ def _train(args, folder: Path, last: Path, state: dict | None) -> int:
         extra = {"train_limit": args.train_limit, "preset": values["preset"],
                  "vocab_size": values["vocab_size"], "corpus": _corpus_files(args)}
 
+    ctx = ctx or Context()
+    if ctx.enabled:
+        config = _join(ctx, config)
     train_split, val_split = _load_corpus(args, extra.get("corpus"))
     if state is None:
         vocab_size = extra["vocab_size"]
-        tokenizer = load_or_train_tokenizer(train_split, vocab_size=vocab_size)
+        # every rank uses rank 0's tokenizer, learned once (the ranks of other machines may not
+        # share its cache)
+        tokenizer = (load_or_train_tokenizer(train_split, vocab_size=vocab_size) if ctx.is_main
+                     else None)
+        if ctx.enabled:
+            text = ctx.broadcast_text(tokenizer.to_str() if ctx.is_main else None)
+            if not ctx.is_main:
+                tokenizer = SubwordTokenizer.from_str(text)
         if tokenizer.vocab_size > vocab_size:
             raise UsageError(f"--vocab-size {vocab_size}: too small; the training text has "
                              f"{tokenizer.vocab_size - 4} distinct characters, so with the 4 "
@@ -552,23 +599,38 @@ def _train(args, folder: Path, last: Path, state: dict | None) -> int:
     model = Transformer(model_config)
     extra["tokenizer"] = tokenizer.to_str()
     trainer = Trainer(model, train_data, config, model_config=model_config, val_data=val_data,
-                      extra=extra)
+                      extra=extra, distributed=ctx)
+    say = ctx.is_main  # rank 0 speaks for all
+    per_step = ctx.world_size * config.accumulate
     if state is not None:
         trainer.load_checkpoint(last)
-        print(f"resumed from {last} at step {trainer.step} (epoch {trainer.epoch + 1}); "
-              f"checkpoint every {config.checkpoint_every} steps", file=sys.stderr)
-    elif args.overwrite:  # the user asked for a new run here: the old one's files go
+        if say:
+            print(f"resumed from {last} at step {trainer.step} (epoch {trainer.epoch + 1}); "
+                  f"checkpoint every {config.checkpoint_every} steps", file=sys.stderr)
+        before = state.get("world_size", 1) * state["train_config"].get("accumulate", 1)
+        if say and before != per_step:
+            keep = (f"; pass --accumulate {before // ctx.world_size} to keep its batch size"
+                    if before % ctx.world_size == 0 else "")
+            print(f"{PROG} train: warning: the run took {before} batches per step, now "
+                  f"{per_step} ({ctx.world_size} process(es) x --accumulate "
+                  f"{config.accumulate}){keep}", file=sys.stderr)
+    elif args.overwrite and say:  # the user asked for a new run here: the old one's files go
         for old in [last, *folder.glob("weights_epoch*.pt"), folder / "metrics.jsonl"]:
             old.unlink(missing_ok=True)
-    print(f"{describe_hardware(trainer.device)}; {model.num_parameters():,} parameters; "
-          f"{len(train_data)} training pairs", file=sys.stderr)
+    if say:
+        where = (f"{ctx.world_size} processes ({config.device.split(':')[0]}), " if ctx.enabled
+                 else "")
+        print(f"{where}{describe_hardware(trainer.device)}; {model.num_parameters():,} "
+              f"parameters; {len(train_data)} training pairs; {per_step} batch(es) per step",
+              file=sys.stderr)
 
     def request_stop(signum, frame):
         if trainer.stop_requested:  # a second Ctrl-C stops at once, without a checkpoint
             raise KeyboardInterrupt
         trainer.stop_requested = True
-        print(f"\n{PROG} train: stopping after this step and writing {last} "
-              "(press Ctrl-C again to stop at once, without it)", file=sys.stderr, flush=True)
+        if say:
+            print(f"\n{PROG} train: stopping after this step and writing {last} "
+                  "(press Ctrl-C again to stop at once, without it)", file=sys.stderr, flush=True)
 
     handlers = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -582,9 +644,12 @@ def _train(args, folder: Path, last: Path, state: dict | None) -> int:
         for s, h in handlers.items():
             signal.signal(s, h)
     if trainer.stop_requested:
-        print(f"{PROG} train: interrupted at step {trainer.step}; checkpoint written to {last}. "
-              f"Resume with:\n  {_resume_command(args)}", file=sys.stderr)
+        if say:
+            print(f"{PROG} train: interrupted at step {trainer.step}; checkpoint written to "
+                  f"{last}. Resume with:\n  {_resume_command(args)}", file=sys.stderr)
         return 130
+    if not say:
+        return 0
     if history.val_loss:
         print(f"step {trainer.step}: val loss {history.val_loss[-1][1]:.4f}", file=sys.stderr)
     if history.tokens_per_second:
@@ -772,7 +837,9 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         message, status = _message(exc)
         message = " ".join(str(message).split())  # one line, whatever the exception held
-        print(f"{PROG} {args.command}: error: {message}", file=sys.stderr)
+        rank = (f" (rank {os.environ.get('RANK')})"  # under torchrun: which process said it
+                if os.environ.get("WORLD_SIZE", "1") not in ("", "1") else "")
+        print(f"{PROG} {args.command}{rank}: error: {message}", file=sys.stderr)
         return status
 
 

@@ -295,9 +295,15 @@ class BatchedCorpus:
                                     shuffle=self.shuffle, seed=self.seed + epoch,
                                     widths=self.widths)
 
-    def batches(self, epoch: int = 0, start: int = 0):
-        """Yield the :class:`Batch` es of ``epoch``, skipping the first ``start`` (for resuming)."""
-        for idx in self.batch_indices(epoch)[start:]:
+    def batches(self, epoch: int = 0, start: int = 0, *, positions: Sequence[int] | None = None):
+        """Yield the :class:`Batch` es of ``epoch``, skipping the first ``start`` (for resuming).
+
+        ``positions``: instead, only the batches at these positions of the epoch's order, in
+        the order given (one process's share of a multi-process run; a position may repeat).
+        """
+        order = self.batch_indices(epoch)
+        chosen = order[start:] if positions is None else [order[p] for p in positions]
+        for idx in chosen:
             width = rows = None
             if self.widths is not None:
                 longest = max(max(self._src_lens[i], self._tgt_lens[i]) for i in idx) + 1
@@ -306,6 +312,11 @@ class BatchedCorpus:
             yield collate([self.src_ids[i] for i in idx], [self.tgt_ids[i] for i in idx],
                           pad_id=self.pad_id, bos_id=self.bos_id, eos_id=self.eos_id,
                           width=width, rows=rows)
+
+    def target_tokens(self, epoch: int = 0) -> list[int]:
+        """Labels of each batch of ``epoch`` (its :attr:`Batch.num_tgt_tokens`: every target
+        sentence's ids plus ``<eos>``), counted from the lengths without building the batches."""
+        return [sum(self._tgt_lens[i] + 1 for i in idx) for idx in self.batch_indices(epoch)]
 
     def num_batches(self, epoch: int = 0) -> int:
         """Number of batches in ``epoch``."""

@@ -28,6 +28,7 @@ Colab's T4).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
@@ -55,6 +56,8 @@ from transformer_book.checkpoint import (  # noqa: F401 (re-exported: older impo
     model_from_checkpoint,
     safe_torch_load,
 )
+from transformer_book.distributed import Context, shard_steps, token_shares
+from transformer_book.distributed import current as distributed_current
 from transformer_book.evaluation import corpus_bleu, translate  # noqa: F401 (re-exported)
 from transformer_book.runlog import METRICS_FILE, append_metrics
 from transformer_book.utils import get_device
@@ -150,9 +153,31 @@ def noam_lr(step: int, d_model: int, warmup_steps: int = 4000, factor: float = 1
     return factor * d_model**-0.5 * min(step**-0.5, step * warmup_steps**-1.5)
 
 
+def linear_lr(step: int, d_model: int, warmup_steps: int, factor: float = 1.0,
+              progress: float = 0.0) -> float:
+    """Not in the paper: linear warm-up to the peak of Eq. (3), times a linear decay to zero.
+
+    lrate = factor * d_model^-0.5 * warmup_steps^-0.5 * min(step / warmup_steps, 1) * (1 - progress)
+
+    ``progress`` is the fraction of the run already done (0 at the start, 1 at the end), so the
+    rate reaches 0 exactly when the run ends, however long it is. For short runs this beats the
+    inverse square root of Eq. (3), which leaves the rate high at the end (Li et al., 2020,
+    "Budgeted training").
+    """
+    if step < 1:
+        raise ValueError(f"step counts from 1, got {step}")
+    if warmup_steps < 1:
+        raise ValueError(f"warmup_steps must be >= 1, got {warmup_steps}")
+    peak = factor * d_model**-0.5 * warmup_steps**-0.5  # the peak of noam_lr
+    return peak * min(step / warmup_steps, 1.0) * max(0.0, 1.0 - progress)
+
+
+SCHEDULES = ("noam", "linear")
+
+
 def make_optimizer(
     model: nn.Module, d_model: int, warmup_steps: int = 4000, factor: float = 1.0,
-    *, fused: bool = False,
+    *, fused: bool = False, schedule: str = "noam", progress=None,
 ) -> tuple[torch.optim.Adam, torch.optim.lr_scheduler.LambdaLR]:
     """Sec. 5.3: Adam(beta1=0.9, beta2=0.98, eps=1e-9) driven by :func:`noam_lr`.
 
@@ -160,15 +185,25 @@ def make_optimizer(
     ``scheduler.step()`` after every ``optimizer.step()``: the k-th update (k = 1, 2, ...)
     then uses ``noam_lr(k)``. ``fused=True`` updates all parameters in a few fused kernels
     instead of several small ones per parameter tensor (the same update, up to rounding).
+    ``schedule="linear"`` uses :func:`linear_lr` instead, with ``progress(steps_done)`` (a
+    callable returning the fraction of the run done, e.g. :meth:`Trainer.progress`) read at
+    each step.
 
     Returns:
         ``(optimizer, scheduler)``.
     """
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
+    if schedule == "linear" and progress is None:
+        raise ValueError("schedule='linear' needs progress=, a callable giving the run's progress")
     optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9,
                                  **({"fused": True} if fused else {}))
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda i: noam_lr(i + 1, d_model, warmup_steps, factor)
-    )
+    if schedule == "noam":
+        rate = lambda i: noam_lr(i + 1, d_model, warmup_steps, factor)  # noqa: E731
+    else:
+        # after i steps the run is progress(i) done; the (i + 1)-th step uses this rate
+        rate = lambda i: linear_lr(i + 1, d_model, warmup_steps, factor, progress(i))  # noqa: E731
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, rate)
     return optimizer, scheduler
 
 
@@ -180,10 +215,17 @@ class TrainConfig:
     """Settings of a training run (the model's own settings live in ``TransformerConfig``)."""
 
     max_tokens: int = 4096  # padded tokens per batch (the paper: ~25k src + 25k tgt, Sec. 5.1)
+    # batches per optimiser step and process (gradient accumulation, weighted by target tokens);
+    # a step over W processes (torchrun) takes W * accumulate consecutive batches
+    accumulate: int = 1
     epochs: int = 10  # passes over the training data (stops earlier if max_steps is reached)
     max_steps: int | None = None  # optimiser steps in total; None = no limit
     warmup_steps: int = 4000  # Eq. (3), Sec. 5.3
     lr_factor: float = 1.0  # multiplier on Eq. (3); 1.0 = the paper
+    # "noam" = Eq. (3); "linear" = the same warm-up and peak, then a linear decay that reaches 0
+    # when the run ends (after `epochs`, `max_steps` or `time_budget`, whichever comes first)
+    schedule: str = "noam"
+    time_budget: float | None = None  # seconds of training (validation included); None = no limit
     label_smoothing: float = 0.1  # eps_ls, Sec. 5.4
     clip_grad_norm: float | None = None  # the paper does not clip; a max norm here enables it
     eval_every: int | None = None  # validation every n steps; None = at the end of each epoch
@@ -262,12 +304,39 @@ class TrainStep:
 
     def __call__(self, batch) -> Tensor:
         """Train on ``batch`` (already on the model's device); returns its loss, detached."""
+        return self.accumulate([(batch, 1.0)])
+
+    def accumulate(self, parts: Sequence[tuple], world_size: int = 1) -> Tensor:
+        """One optimiser step on several batches: gradient accumulation, and this process's
+        share of a multi-process step.
+
+        Args:
+            parts: ``(batch, share)`` pairs; the gradient is that of sum(share * loss(batch)).
+                With shares from :func:`~transformer_book.distributed.token_shares` that is
+                the mean loss per target token over all the step's batches (on all ranks).
+            world_size: processes taking part; with ``self.model`` a
+                ``DistributedDataParallel``, its gradients are averaged over them at the
+                backward pass of the last part (the others run under ``no_sync``).
+
+        Returns:
+            sum(share * loss) / world_size, detached: this process's part of the step's loss
+            (summed over processes, the step's mean loss per target token).
+        """
         self.model.train()
-        if self.cuda_graphs:  # a new iteration: outputs of the previous replay may be reused
-            torch.compiler.cudagraph_mark_step_begin()
-        loss = self.loss(batch.src, batch.tgt_in, batch.tgt_out)
         self.optimizer.zero_grad(set_to_none=True)
-        self.scaler.scale(loss).backward()  # a no-op scaling unless fp16
+        total = None
+        for i, (batch, share) in enumerate(parts):
+            if self.cuda_graphs:  # a new iteration: outputs of the previous replay may be reused
+                torch.compiler.cudagraph_mark_step_begin()
+            last = i == len(parts) - 1
+            no_sync = getattr(self.model, "no_sync", None)  # DDP: all-reduce at the last only
+            with (no_sync() if no_sync is not None and not last else contextlib.nullcontext()):
+                loss = self.loss(batch.src, batch.tgt_in, batch.tgt_out)
+                if share != 1.0:  # one batch on one process: exactly the plain loss
+                    loss = loss * share
+                self.scaler.scale(loss).backward()  # a no-op scaling unless fp16
+            part = loss.detach().clone() if self.cuda_graphs else loss.detach()
+            total = part if total is None else total + part
         if self.clip_grad_norm is not None:
             self.scaler.unscale_(self.optimizer)
             nn.utils.clip_grad_norm_(self.model.parameters(), self.clip_grad_norm)
@@ -275,8 +344,8 @@ class TrainStep:
         self.scaler.update()
         if self.scheduler is not None:
             self.scheduler.step()
-        # CUDA graphs overwrite their outputs at the next replay: keep a copy
-        return loss.detach().clone() if self.cuda_graphs else loss.detach()
+        # (CUDA graphs overwrite their outputs at the next replay: the parts were copied)
+        return total if world_size == 1 else total / world_size
 
 
 def _diverged(value: float, step: int) -> FloatingPointError:
@@ -285,6 +354,9 @@ def _diverged(value: float, step: int) -> FloatingPointError:
         "Lower the learning rate (lr_factor), lengthen the warm-up or clip gradients "
         "(clip_grad_norm), then resume from the last checkpoint."
     )
+
+
+_RANK_SEED = 1_000_003  # rank r seeds its dropout with seed + r * this (a prime, far from seeds)
 
 
 class Trainer:
@@ -300,6 +372,13 @@ class Trainer:
         model_config: the model's config (a dataclass or dict), stored in checkpoints as a
             plain dict so a checkpoint can rebuild its model.
         extra: more plain data to store in checkpoints (e.g. ``{"tokenizer": tok.to_str()}``).
+        distributed: this process's place in a multi-process run
+            (:mod:`transformer_book.distributed`); default: the process group joined with
+            :func:`~transformer_book.distributed.init`, if any, else a single process. Each step
+            then takes ``world_size * accumulate`` consecutive batches, ``accumulate`` per rank;
+            the model is wrapped in ``DistributedDataParallel``; rank 0 alone writes
+            checkpoints, metrics and progress. Every rank must call :meth:`fit` (and
+            :meth:`evaluate`) alike: they exchange losses and flags.
     """
 
     def __init__(
@@ -312,10 +391,16 @@ class Trainer:
         val_data: BatchedCorpus | None = None,
         model_config=None,
         extra: dict | None = None,
+        distributed: Context | None = None,
     ):
         self.config = config
         self.device = get_device(config.device)
         self.model = model.to(self.device)
+        # the processes of a torchrun launch (transformer_book.distributed); rank 0 alone
+        # writes checkpoints and metrics and shows progress
+        self.dist = distributed_current() if distributed is None else distributed
+        if config.accumulate < 1:
+            raise ValueError(f"accumulate must be >= 1, got {config.accumulate}")
         self.train_data, self.val_data = train_data, val_data
         self.model_config = _config_dict(model_config)
         if d_model is None:
@@ -326,13 +411,20 @@ class Trainer:
         self.pad_id = train_data.pad_id
         self.extra = dict(extra or {})
         cuda = self.device.type == "cuda"  # the speed flags left at None switch on there
+        if config.time_budget is not None and not config.time_budget > 0:
+            raise ValueError(f"time_budget must be a positive number of seconds, got "
+                             f"{config.time_budget!r}")
+        self.step = 0  # optimiser steps done (set before the scheduler, which reads progress())
+        self.train_seconds = 0.0  # time spent in fit() (all calls, and before a resume)
+        self._fit_start: float | None = None  # perf_counter() when the running fit() began
+        self._shared_elapsed: float | None = None  # elapsed() agreed by the ranks (in fit())
         self.optimizer, self.scheduler = make_optimizer(
             self.model, d_model, config.warmup_steps, config.lr_factor,
             fused=cuda if config.fused_adam is None else config.fused_adam,
+            schedule=config.schedule, progress=self.progress,
         )
         self.sync_every = config.sync_every or (50 if cuda else 1)
         self.prefetch = cuda if config.prefetch is None else config.prefetch
-        self.step = 0  # optimiser steps done
         # set (e.g. by a SIGINT handler) to stop after the current step, with a checkpoint
         self.stop_requested = False
         self.epoch = 0  # current epoch
@@ -347,13 +439,22 @@ class Trainer:
         self.scaler = torch.amp.GradScaler(
             "cuda", enabled=self.amp_dtype == torch.float16
         )
+        # DDP averages the gradients of the replicas at each backward pass (the last of a step)
+        self.replica = self.model
+        if self.dist.enabled:
+            from torch.nn.parallel import DistributedDataParallel
+
+            cuda_index = [self.device.index] if cuda else None
+            self.replica = DistributedDataParallel(self.model, device_ids=cuda_index)
         self._step = TrainStep(
-            self.model, self.optimizer, self.scheduler,
+            self.replica, self.optimizer, self.scheduler,
             label_smoothing=config.label_smoothing, pad_id=self.pad_id,
             amp_dtype=self.amp_dtype, scaler=self.scaler, clip_grad_norm=config.clip_grad_norm,
             compile=config.compile, compile_mode=config.compile_mode,
         )
-        torch.manual_seed(config.seed)  # dropout masks
+        # dropout masks: rank r draws its own (the same seed on every rank would give batches of
+        # one shape the same masks)
+        torch.manual_seed(config.seed + _RANK_SEED * self.dist.rank)
 
     # ------------------------------------------------------------------ one step
     def _autocast(self):
@@ -379,7 +480,8 @@ class Trainer:
         """Read the losses of the steps in ``pending`` in one transfer, into the history."""
         if not pending:
             return []
-        values = torch.stack([loss for _, loss in pending]).tolist()  # the one host sync
+        # the one host sync; over several ranks, the sum of their parts of each step's loss
+        values = self.dist.sum(torch.stack([loss for _, loss in pending])).tolist()
         lrs = dict(self.history.lr[-len(pending):])  # appended once per step, in step order
         for (step, _), value in zip(pending, values, strict=True):
             if not math.isfinite(value):
@@ -391,14 +493,15 @@ class Trainer:
         return values
 
     def _log_metrics(self, records: list[dict]) -> None:
-        """Append to metrics.jsonl beside the checkpoints (transformer_book.runlog)."""
-        if self.config.checkpoint_dir:
+        """Append to metrics.jsonl beside the checkpoints (transformer_book.runlog); rank 0 only."""
+        if self.config.checkpoint_dir and self.dist.is_main:
             append_metrics(Path(self.config.checkpoint_dir) / METRICS_FILE, records)
 
-    def _batches(self, data: BatchedCorpus, epoch: int, start: int = 0):
+    def _batches(self, data: BatchedCorpus, epoch: int, start: int = 0, positions=None):
         """``(host batch, device batch)`` pairs; with ``prefetch``, ids are checked on the host
-        and copies start ahead (:func:`~transformer_book.batching.to_device_ahead`)."""
-        batches = data.batches(epoch, start=start)
+        and copies start ahead (:func:`~transformer_book.batching.to_device_ahead`).
+        ``positions``: only those batches (see :meth:`BatchedCorpus.batches`)."""
+        batches = data.batches(epoch, start=start, positions=positions)
         if not self.prefetch:
             for batch in batches:
                 yield batch, batch.to(self.device)
@@ -423,7 +526,12 @@ class Trainer:
 
     @torch.no_grad()
     def evaluate(self, data: BatchedCorpus | None = None) -> float:
-        """Mean cross-entropy (no smoothing, nats per target token) over ``data`` (default: val)."""
+        """Mean cross-entropy (no smoothing, nats per target token) over ``data`` (default: val).
+
+        On several processes each rank evaluates every ``world_size``-th batch and the sums are
+        added up across ranks (in float64): every rank returns the same number, that of the
+        whole data, in a ``world_size``-th of the time. Every rank must call it.
+        """
         data = self.val_data if data is None else data
         if data is None:
             raise ValueError("no validation data: pass val_data to Trainer or data here")
@@ -431,11 +539,17 @@ class Trainer:
         # The sum stays on the device, in float64 as a Python float would hold it (not on MPS)
         wide = torch.float32 if self.device.type == "mps" else torch.float64
         total, count = torch.zeros((), dtype=wide, device=self.device), 0
-        for host, batch in self._batches(data, 0):
+        positions = None
+        if self.dist.enabled:
+            positions = range(self.dist.rank, data.num_batches(0), self.dist.world_size)
+        for host, batch in self._batches(data, 0, positions=positions):
             with self._autocast():
                 logits = self.model(batch.src, batch.tgt_in)
             total += label_smoothing_loss(logits, batch.tgt_out, 0.0, self.pad_id, "sum").to(wide)
             count += host.num_tgt_tokens  # counted on the host copy: no sync
+        if self.dist.enabled:
+            total, count = self.dist.sum(torch.stack([total, torch.tensor(
+                float(count), dtype=wide, device=self.device)])).tolist()
         return float(total) / count
 
     # ------------------------------------------------------------------ loop
@@ -449,27 +563,66 @@ class Trainer:
         from tqdm import tqdm  # the plain bar: works in terminals and notebooks alike
 
         cfg = self.config
-        run_start = time.perf_counter()
-        while not self._done() and not self.stop_requested:
+        run_start = self._fit_start = time.perf_counter()
+        try:
+            self._fit(cfg, run_start, tqdm)
+        finally:
+            self.train_seconds += time.perf_counter() - run_start
+            self._fit_start = self._shared_elapsed = None
+        return self.history
+
+    def _flags(self) -> tuple[bool, bool]:
+        """(out of time, stop requested), the same on every rank: each rank reads its own clock
+        and signals, and they must stop at the same step. Over several ranks this also sets
+        :meth:`elapsed` to the slowest rank's time, which the linear schedule reads."""
+        if self.dist.enabled:
+            stop, self._shared_elapsed = self.dist.max(self.stop_requested, self._local_elapsed())
+            return self._out_of_time(), bool(stop)
+        return self._out_of_time(), self.stop_requested
+
+    def _fit(self, cfg: TrainConfig, run_start: float, tqdm) -> None:
+        world = self.dist.world_size
+        per_step = world * cfg.accumulate  # batches per optimiser step, over all ranks
+        main = self.dist.is_main
+        while True:
+            out_of_time, stop = self._flags()
+            if self._done(out_of_time) or stop:
+                break
             num_batches = self.train_data.num_batches(self.epoch)
+            targets = self.train_data.target_tokens(self.epoch)  # every rank knows every batch's
+            # (group of batch positions, this rank's positions, whether it has any): a rank left
+            # without a batch by a short last group trains on the group's first with weight 0,
+            # since it must still take part in DDP's all-reduce
+            plan = [(group, mine or [group[0]], bool(mine))
+                    for group, mine in shard_steps(num_batches, self.batch_in_epoch, per_step,
+                                                   self.dist)]
+            stream = self._batches(self.train_data, self.epoch,
+                                   positions=[p for _, mine, _ in plan for p in mine])
             bar = tqdm(
                 total=num_batches,
                 initial=self.batch_in_epoch,
-                disable=not cfg.progress,
+                disable=not (cfg.progress and main),
                 desc=f"epoch {self.epoch + 1}/{cfg.epochs}",
             )
             tokens, t0, losses = 0, time.perf_counter(), []
             pending: list[tuple[int, Tensor]] = []  # (step, loss on the device), not yet read
-            for host, batch in self._batches(self.train_data, self.epoch, self.batch_in_epoch):
-                pending.append((self.step + 1, self._step(batch)))
+            for group, mine, real in plan:
+                group_tokens = sum(targets[p] for p in group)  # over all ranks, on the host
+                shares = (token_shares([targets[p] for p in mine], group_tokens, world) if real
+                          else [0.0])
+                parts = [(next(stream)[1], share) for share in shares]
+                pending.append((self.step + 1, self._step.accumulate(parts, world)))
                 self.step += 1
-                tokens += host.num_tgt_tokens  # counted on the host copy: no sync
+                tokens += group_tokens
                 self.history.lr.append((self.step, self.scheduler.get_last_lr()[0]))
-                bar.update(1)
-                self.batch_in_epoch += 1
+                bar.update(len(group))
+                self.batch_in_epoch += len(group)
                 end_of_epoch = self.batch_in_epoch == num_batches
-                if (len(pending) >= self.sync_every or end_of_epoch or self._done()
-                        or self.stop_requested or self.step % cfg.checkpoint_every == 0
+                out_of_time, stop = self._flags()  # read once per step: they can change any time
+                self.stop_requested = self.stop_requested or stop
+                done = self._done(out_of_time)
+                if (len(pending) >= self.sync_every or end_of_epoch or done or stop
+                        or self.step % cfg.checkpoint_every == 0
                         or (cfg.eval_every and self.step % cfg.eval_every == 0)):
                     losses += self._read_losses(pending)  # read before eval / checkpoints
                     bar.set_postfix(loss=f"{losses[-1]:.3f}", step=self.step)
@@ -479,41 +632,42 @@ class Trainer:
                         self._snapshot()
                 if self.val_data is not None and (
                     (cfg.eval_every and self.step % cfg.eval_every == 0)
-                    or (not cfg.eval_every and end_of_epoch)
+                    or (not cfg.eval_every and (end_of_epoch or out_of_time))
                 ):
                     self.history.val_loss.append((self.step, self.evaluate()))
                     self._log_metrics([{"step": self.step, "epoch": self.epoch,
                                         "val_loss": self.history.val_loss[-1][1]}])
-                    if cfg.progress:
+                    if cfg.progress and main:
                         bar.write(f"step {self.step}: val loss {self.history.val_loss[-1][1]:.4f}")
-                done = self._done()
-                if cfg.checkpoint_dir and (
-                    self.step % cfg.checkpoint_every == 0 or done or end_of_epoch
-                    or self.stop_requested
+                if cfg.checkpoint_dir and main and (
+                    self.step % cfg.checkpoint_every == 0 or done or end_of_epoch or stop
                 ):
                     self.save_checkpoint(Path(cfg.checkpoint_dir) / "last.pt")
-                if done or self.stop_requested:
+                if done or stop:
                     break
+            stream.close()
             bar.close()
             if tokens:
                 rate = tokens / (time.perf_counter() - t0)
                 self.history.tokens_per_second.append((self.step, rate))
                 self._log_metrics([{"step": self.step, "epoch": self.epoch,
                                     "tokens_per_second": rate}])
-                if cfg.log_epochs:
+                if cfg.log_epochs and main:
                     val = self.history.val_loss[-1][1] if self.history.val_loss else float("nan")
-                    print(f"epoch {self.epoch:3}/{cfg.epochs}  step {self.step:6}  "
+                    # a run its time budget stopped inside an epoch: show how far it got
+                    at = (f"{self.epoch:3}" if self.batch_in_epoch == 0
+                          else f"{self.epoch + self.batch_in_epoch / num_batches:5.1f}")
+                    print(f"epoch {at}/{cfg.epochs}  step {self.step:6}  "
                           f"train loss {sum(losses) / len(losses):.3f}  val loss {val:.3f}  "
                           f"{rate:9,.0f} tok/s  {time.perf_counter() - run_start:6.0f} s",
                           flush=True)
-        return self.history
 
     # ------------------------------------------------------------------ averaging (Sec. 6.1)
     def _snapshot(self) -> None:
         """Keep this epoch's weights (on the CPU; and on disk, so a resumed run has them too)."""
         state = {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
         self.snapshots.append((self.epoch, state))
-        if self.config.checkpoint_dir:
+        if self.config.checkpoint_dir and self.dist.is_main:
             folder = Path(self.config.checkpoint_dir)
             atomic_torch_save(state, folder / f"weights_epoch{self.epoch:04d}.pt")
             kept = {f"weights_epoch{e:04d}.pt" for e, _ in self.snapshots}
@@ -535,11 +689,48 @@ class Trainer:
             )
         return average_state_dicts([state for _, state in self.snapshots])
 
-    def _done(self) -> bool:
+    def elapsed(self) -> float:
+        """Seconds of training so far: every :meth:`fit` call, and those before a resume.
+
+        Over several processes, during :meth:`fit`: the slowest rank's, as of the last step, so
+        that every rank reads the same time (for the time budget and the linear schedule)."""
+        if self.dist.enabled and self._shared_elapsed is not None:
+            return self._shared_elapsed
+        return self._local_elapsed()
+
+    def _local_elapsed(self) -> float:
+        running = 0.0 if self._fit_start is None else time.perf_counter() - self._fit_start
+        return self.train_seconds + running
+
+    def total_steps(self) -> int:
+        """Steps the run will take if no time budget stops it first: ``config.epochs`` epochs,
+        capped at ``config.max_steps`` (a step takes ``world_size * accumulate`` batches)."""
         cfg = self.config
+        per_step = self.dist.world_size * cfg.accumulate
+        total = sum(-(-self.train_data.num_batches(e) // per_step) for e in range(cfg.epochs))
+        return total if cfg.max_steps is None else min(total, cfg.max_steps)
+
+    def progress(self, steps_done: int | None = None) -> float:
+        """Fraction of the run done, in [0, 1]: steps (default: those done so far) over
+        :meth:`total_steps`, or time over ``config.time_budget``, whichever is further along
+        (drives ``schedule="linear"``)."""
+        if not hasattr(self, "_total_steps"):  # the data and the config are fixed by now
+            self._total_steps = max(1, self.total_steps())
+        done = (self.step if steps_done is None else steps_done) / self._total_steps
+        if self.config.time_budget is not None:
+            done = max(done, self.elapsed() / self.config.time_budget)
+        return min(1.0, done)
+
+    def _out_of_time(self) -> bool:
+        return self.config.time_budget is not None and self.elapsed() >= self.config.time_budget
+
+    def _done(self, out_of_time: bool | None = None) -> bool:
+        cfg = self.config
+        if out_of_time is None:
+            out_of_time = self._out_of_time()
         return self.epoch >= cfg.epochs or (
             cfg.max_steps is not None and self.step >= cfg.max_steps
-        )
+        ) or out_of_time
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict:
@@ -565,10 +756,13 @@ class Trainer:
             "history": self.history.as_dict(),
             "extra": self.extra,
             "scaler": self.scaler.state_dict(),
+            "train_seconds": self.elapsed(),
+            "world_size": self.dist.world_size,  # processes that wrote it (a resume may differ)
         }
 
     def save_checkpoint(self, path: str | os.PathLike) -> None:
-        """Write :meth:`state_dict` atomically to ``path``."""
+        """Write :meth:`state_dict` atomically to ``path`` (:meth:`fit` calls it on rank 0 only:
+        the replicas are identical)."""
         atomic_torch_save(self.state_dict(), path)
 
     def load_checkpoint(self, path: str | os.PathLike) -> None:
@@ -580,6 +774,7 @@ class Trainer:
         self.scheduler.load_state_dict(state["scheduler"])
         self.step, self.epoch = state["step"], state["epoch"]
         self.batch_in_epoch = state["batch_in_epoch"]
+        self.train_seconds = float(state.get("train_seconds", 0.0))  # absent before 0.2.0
         self.history = History.from_dict(state["history"])
         self.extra.update(state.get("extra") or {})
         self.snapshots.clear()
@@ -595,6 +790,8 @@ class Trainer:
         random.setstate(_as_tuple(rng["python"]))
         if "cuda" in rng and torch.cuda.is_available():
             torch.cuda.set_rng_state_all([s.cpu() for s in rng["cuda"]])
+        if self.dist.rank > 0:  # the file holds rank 0's state; the others draw their own
+            torch.manual_seed(self.config.seed + _RANK_SEED * self.dist.rank + self.step)
 
 
 def autocast_dtype(device: torch.device) -> torch.dtype | None:

@@ -1,0 +1,222 @@
+"""Training on several processes (one per GPU, or several CPU processes), launched by ``torchrun``.
+
+Not in the paper, which trained on "one machine with 8 NVIDIA P100 GPUs" (Sec. 5.2) without
+saying how the work was shared. Here the usual way: data parallelism with PyTorch's
+``DistributedDataParallel`` (DDP). Every process (a *rank*) holds the whole model, trains on
+its own share of each step's batches, and DDP averages the gradients across ranks during the
+backward pass, so every rank applies the same update and the replicas stay identical.
+
+We write neither a process launcher nor gradient averaging: ``torchrun`` starts the processes
+and sets ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK`` (and the rendezvous address) in their
+environment; :func:`init` reads them and joins the process group (NCCL between GPUs, gloo on
+the CPU); DDP does the averaging.
+
+How a step's batches are shared (:func:`shard_steps`): a step consumes ``world_size *
+accumulate`` consecutive batches of the epoch's batch order, which is seeded and therefore the
+same on every rank; rank ``r`` takes the batches at positions ``r, r + world_size, ...`` of that
+group. So the shards never overlap, together they cover the epoch, and the position in the data
+is one number, the global batch index ``Trainer.batch_in_epoch``: a run resumed with another
+number of processes continues from it.
+
+Loss weighting: one process training on a group of batches with ``n_b`` target tokens each would
+minimise the mean over all N = sum(n_b) tokens, sum_b n_b * mean_b / N. Rank r computes its part
+sum_{b in r} n_b * mean_b / N; DDP *averages* gradients over the W ranks, i.e. divides their sum
+by W, so each rank scales its loss by W as well (:func:`token_shares`). Every rank knows the
+token count of every batch (from the shared batch order, on the host), so N needs no
+communication.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class Context:
+    """Where this process stands: its rank among ``world_size`` processes.
+
+    ``Context()`` (rank 0 of 1) is a single process, with no process group.
+    """
+
+    rank: int = 0  # global rank, 0 .. world_size - 1
+    world_size: int = 1  # processes in the run (torchrun: nnodes * nproc_per_node)
+    local_rank: int = 0  # rank on this machine (selects the GPU)
+
+    @property
+    def enabled(self) -> bool:
+        """Whether there is more than one process (and so a process group to talk through)."""
+        return self.world_size > 1
+
+    @property
+    def is_main(self) -> bool:
+        """Rank 0: the one process that writes checkpoints and logs, prints and shows progress."""
+        return self.rank == 0
+
+    # ------------------------------------------------------------------ collectives
+    def max(self, *values: float) -> list[float]:
+        """Each value's maximum over the ranks, the same on every rank (one tiny all-reduce, on
+        the CPU, in float64).
+
+        For what each rank reads from its own clock or signals (a time budget, Ctrl-C): every
+        rank must take the same number of steps with the same learning rates, or the replicas
+        would part, or one rank would wait for the others forever.
+        """
+        if not self.enabled:
+            return [float(v) for v in values]
+        tensor = torch.tensor(values, dtype=torch.float64)
+        dist.all_reduce(tensor, op=dist.ReduceOp.MAX, group=_control_group())
+        return tensor.tolist()
+
+    def sum(self, tensor: torch.Tensor) -> torch.Tensor:
+        """The element-wise sum over ranks (the same result on every rank); ``tensor`` as is
+        when single-process."""
+        if not self.enabled:
+            return tensor
+        group = None if _backend_takes(tensor) else _control_group()
+        out = tensor if group is None else tensor.cpu()
+        dist.all_reduce(out, op=dist.ReduceOp.SUM, group=group)
+        return out.to(tensor.device)
+
+    def broadcast_text(self, text: str | None) -> str:
+        """Rank 0's ``text`` on every rank (e.g. a tokenizer, so that all ranks share one)."""
+        if not self.enabled:
+            return text
+        box = [text]
+        dist.broadcast_object_list(box, src=0, group=_control_group())
+        return box[0]
+
+    def barrier(self) -> None:
+        if self.enabled:
+            dist.barrier(group=_control_group())
+
+
+def _backend_takes(tensor: torch.Tensor) -> bool:
+    """Whether the default group can reduce ``tensor`` where it lies (NCCL: CUDA only)."""
+    return (dist.get_backend() == "nccl") == (tensor.device.type == "cuda")
+
+
+_CONTROL = None  # a gloo group beside an NCCL one, for small host-side exchanges
+
+
+def _control_group():
+    """The group for small CPU tensors and objects: gloo. The default group when it is gloo;
+    beside NCCL, a gloo group made once, so flags need no copy to the GPU (and no GPU sync)."""
+    global _CONTROL
+    if dist.get_backend() != "nccl":
+        return None
+    if _CONTROL is None:
+        _CONTROL = dist.new_group(backend="gloo")
+    return _CONTROL
+
+
+TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
+
+
+def from_environment() -> Context:
+    """The :class:`Context` that ``torchrun`` describes in the environment; single-process
+    when it sets nothing (e.g. ``python -m transformer_book train``).
+
+    Raises:
+        ValueError: some of RANK, WORLD_SIZE, LOCAL_RANK are set but not all, or not integers
+            in range.
+    """
+    given = {k: os.environ.get(k) for k in TORCHRUN_VARS}
+    if not any(given.values()):
+        return Context()
+    missing = [k for k, v in given.items() if v is None]
+    if missing:
+        raise ValueError(f"{', '.join(missing)} not set although {', '.join(k for k in given if k not in missing)} "
+                         "is: start several processes with torchrun, which sets all three")
+    try:
+        rank, world, local = (int(given[k]) for k in TORCHRUN_VARS)
+    except ValueError:
+        raise ValueError(f"RANK, WORLD_SIZE, LOCAL_RANK must be integers, got {given}") from None
+    if not (world >= 1 and 0 <= rank < world and 0 <= local <= rank):
+        raise ValueError(f"RANK={rank}, WORLD_SIZE={world}, LOCAL_RANK={local} are inconsistent")
+    return Context(rank, world, local)
+
+
+def current() -> Context:
+    """The :class:`Context` of the process group this process has joined (:func:`init`), or a
+    single process when it has joined none."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return Context()
+    rank = dist.get_rank()
+    return Context(rank, dist.get_world_size(), int(os.environ.get("LOCAL_RANK", rank)))
+
+
+def device_for(ctx: Context, requested: str | None) -> str:
+    """The device of this rank. Several processes: any CUDA device (or the default, on a CUDA
+    machine) becomes ``cuda:LOCAL_RANK``, one GPU per process on each machine, since two
+    processes cannot share one GPU under NCCL; anything else is kept (e.g. ``cpu``)."""
+    choice = requested or os.environ.get("TRANSFORMER_BOOK_DEVICE")
+    if choice is None:
+        choice = "cuda" if torch.cuda.is_available() else "cpu"
+    if ctx.enabled and torch.device(choice).type == "cuda":
+        return f"cuda:{ctx.local_rank}"
+    return choice
+
+
+def init(ctx: Context, device: str | torch.device) -> None:
+    """Join the process group that ``torchrun`` set up: NCCL when ``device`` is a GPU, gloo on
+    the CPU. Does nothing for a single process (or when already joined)."""
+    if not ctx.enabled or dist.is_initialized():
+        return
+    device = torch.device(device)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo",
+                            rank=ctx.rank, world_size=ctx.world_size)
+
+
+def shutdown() -> None:
+    """Leave the process group (if any)."""
+    global _CONTROL
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+    _CONTROL = None
+
+
+# --------------------------------------------------------------------------- sharding
+
+
+def shard_steps(num_batches: int, start: int, per_step: int, ctx: Context) -> list[tuple[range, list[int]]]:
+    """The optimiser steps of the rest of an epoch, and this rank's batches in each.
+
+    Args:
+        num_batches: batches in the epoch.
+        start: global batch index to begin at (``Trainer.batch_in_epoch``).
+        per_step: batches per optimiser step, over all ranks (``world_size * accumulate``).
+        ctx: this rank.
+
+    Returns:
+        One ``(group, mine)`` per step: ``group`` the consecutive batch positions the step
+        consumes (the last group of an epoch may be shorter), ``mine`` this rank's positions in
+        it, every ``world_size``-th from ``rank``. ``mine`` is empty when a short last group has
+        fewer batches than ranks.
+    """
+    if per_step < ctx.world_size or per_step % ctx.world_size:
+        raise ValueError(f"per_step={per_step} must be a multiple of world_size={ctx.world_size}")
+    steps = []
+    for first in range(start, num_batches, per_step):
+        group = range(first, min(first + per_step, num_batches))
+        steps.append((group, list(group[ctx.rank::ctx.world_size])))
+    return steps
+
+
+def token_shares(tokens: Sequence[int], group_tokens: int, world_size: int) -> list[float]:
+    """Loss multipliers of a rank's batches, so that DDP's averaged gradient equals the
+    gradient of the mean loss per target token over the whole step.
+
+    Each batch's loss is a mean over its ``tokens[i]`` target tokens; ``tokens[i] /
+    group_tokens`` turns it into its part of the step's mean, and ``* world_size`` undoes DDP's
+    division by the number of ranks. One batch on one process gets exactly 1.0.
+    """
+    if group_tokens <= 0:
+        raise ValueError(f"a step needs target tokens, got {group_tokens}")
+    return [n * world_size / group_tokens for n in tokens]
