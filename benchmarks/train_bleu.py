@@ -20,6 +20,9 @@ import argparse
 import dataclasses
 import json
 import math
+import os
+import shlex
+import sys
 import time
 from pathlib import Path
 
@@ -47,11 +50,17 @@ def main(argv: list[str] | None = None) -> dict:
                    help="pre-norm sub-layers (chapter 5; the paper is post-norm)")
     p.add_argument("--learned-positions", action="store_true",
                    help="learned positional embeddings (Table 3 row E; the paper uses sinusoids)")
+    p.add_argument("--embed-init", choices=("xavier", "normal"),
+                   help="embedding initialisation (default: the preset's, xavier)")
     p.add_argument("--vocab-size", type=int, default=8000)
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--max-tokens", type=int, default=4096, help="padded tokens per batch")
     p.add_argument("--warmup-steps", type=int, default=4000)
     p.add_argument("--lr-factor", type=float, default=1.0)
+    p.add_argument("--schedule", choices=("noam", "linear"), default="noam",
+                   help="Eq. (3), or the same warm-up then a linear decay to 0 at the run's end")
+    p.add_argument("--time-budget", type=float,
+                   help="seconds of training: stop at the first step past it (validation counts)")
     p.add_argument("--label-smoothing", type=float, default=0.1)
     p.add_argument("--clip-grad-norm", type=float)
     p.add_argument("--average-last", type=int, default=5,
@@ -65,6 +74,9 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--threads", type=int, help="CPU threads")
     p.add_argument("--name", default="run", help="label of this run in the output")
     p.add_argument("--json", help="write the results to this file")
+    p.add_argument("--summary-json", help="also write a short record to this file: test 2016 "
+                   "BLEU (beam), train_seconds, threads, cpu, torch, config, "
+                   "sacrebleu_signature and the command that reproduces it")
     p.add_argument("--quick", action="store_true",
                    help="tiny model, 2,000 training pairs, 100 sentences scored: a smoke test")
     args = p.parse_args(argv)
@@ -85,11 +97,14 @@ def main(argv: list[str] | None = None) -> dict:
         overrides["norm_first"] = True
     if args.learned_positions:
         overrides["learned_positions"] = True
+    if args.embed_init:
+        overrides["embed_init"] = args.embed_init
     model_config = getattr(TransformerConfig, args.preset)(
         src_vocab_size=tokenizer.vocab_size, tgt_vocab_size=tokenizer.vocab_size,
         pad_id=tokenizer.pad_id, **overrides)
     config = TrainConfig(max_tokens=args.max_tokens, epochs=args.epochs,
                          warmup_steps=args.warmup_steps, lr_factor=args.lr_factor,
+                         schedule=args.schedule, time_budget=args.time_budget,
                          label_smoothing=args.label_smoothing, clip_grad_norm=args.clip_grad_norm,
                          average_last=args.average_last, seed=args.seed, device=args.device,
                          progress=False, log_epochs=True)
@@ -156,6 +171,25 @@ def main(argv: list[str] | None = None) -> dict:
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
+    if args.summary_json:
+        beam = f"beam {args.beam_size}" if args.beam_size > 1 else "greedy"
+        (test_bleu,) = [r["bleu"] for r in rows if r["weights"] == "last"
+                        and r["split"] == "test_2016_flickr" and r["decoding"] == beam]
+        summary = {
+            "bleu": test_bleu, "split": "test_2016_flickr", "decoding": beam,
+            "length_penalty": args.length_penalty, "train_seconds": result["train_seconds"],
+            "threads": torch.get_num_threads(), "cpu": hardware.split(",")[0].removeprefix("CPU: "),
+            "hardware": hardware, "torch": torch.__version__, "epochs_run": trainer.epoch,
+            "steps": trainer.step, "tokens_per_second": result["tokens_per_second"],
+            "config": {"model": model_config.to_dict(), "train": dataclasses.asdict(config),
+                       "vocab_size": args.vocab_size},
+            "sacrebleu_signature": signature,
+            "command": "MULTI30K_DIR=<folder> .venv/bin/python "
+                       + shlex.join([os.path.relpath(sys.argv[0]), *sys.argv[1:]])
+            if argv is None else shlex.join(["benchmarks/train_bleu.py", *argv]),
+        }
+        Path(args.summary_json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.summary_json).write_text(json.dumps(summary, indent=1) + "\n")
     return result
 
 

@@ -47,6 +47,10 @@ class TransformerConfig:
     )
     learned_positions: bool = False  # Sec. 3.5 / Table 3 (E): sinusoids; True = learned positions
     layer_norm_eps: float = 1e-5  # Sec. 3.1 (LayerNorm, Ba et al. 2016): epsilon, PyTorch's default
+    # Not in the paper: how the (shared) embedding matrix starts. "xavier" = Xavier-uniform like
+    # every other matrix (the Annotated Transformer); "normal" = N(0, d_model^-0.5), the
+    # paper's own code (tensor2tensor), so that embedding * sqrt(d_model) has unit scale
+    embed_init: str = "xavier"
 
     def __post_init__(self) -> None:
         for name in (
@@ -85,6 +89,8 @@ class TransformerConfig:
                 f"src_vocab_size={self.src_vocab_size} != tgt_vocab_size={self.tgt_vocab_size}; "
                 "use equal sizes or share_embeddings=False"
             )
+        if self.embed_init not in ("xavier", "normal"):
+            raise ValueError(f"embed_init must be 'xavier' or 'normal', got {self.embed_init!r}")
         if self.layer_norm_eps <= 0:
             raise ValueError(f"layer_norm_eps must be positive, got {self.layer_norm_eps!r}")
 
