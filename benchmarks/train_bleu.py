@@ -34,7 +34,7 @@ from transformer_book.model import Transformer
 from transformer_book.tokenizer import load_or_train_tokenizer
 from transformer_book.train import TrainConfig, Trainer, corpus_bleu, prepare_corpus, translate
 
-PRESETS = ("tiny", "small", "base", "big")
+PRESETS = ("tiny", "small", "cpu", "base", "big")
 MODEL_FIELDS = ("d_model", "num_heads", "num_layers", "d_ff", "d_key", "d_value", "dropout",
                 "attention_dropout", "ffn_dropout")
 
@@ -53,20 +53,25 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--embed-init", choices=("xavier", "normal"),
                    help="embedding initialisation (default: the preset's, xavier)")
     p.add_argument("--vocab-size", type=int, default=8000)
-    p.add_argument("--epochs", type=int, default=10)
-    p.add_argument("--max-tokens", type=int, default=4096, help="padded tokens per batch")
-    p.add_argument("--warmup-steps", type=int, default=4000)
-    p.add_argument("--lr-factor", type=float, default=1.0)
-    p.add_argument("--schedule", choices=("noam", "linear"), default="noam",
+    # training settings: default None = the preset's (TrainConfig.cpu() for --preset cpu,
+    # else TrainConfig()'s: 10 epochs, 4,096 tokens, warm-up 4,000, Eq. (3))
+    p.add_argument("--epochs", type=int)
+    p.add_argument("--max-tokens", type=int, help="padded tokens per batch")
+    p.add_argument("--warmup-steps", type=int)
+    p.add_argument("--lr-factor", type=float)
+    p.add_argument("--schedule", choices=("noam", "linear"),
                    help="Eq. (3), or the same warm-up then a linear decay to 0 at the run's end")
     p.add_argument("--time-budget", type=float,
                    help="seconds of training: stop at the first step past it (validation counts)")
     p.add_argument("--label-smoothing", type=float, default=0.1)
     p.add_argument("--clip-grad-norm", type=float)
-    p.add_argument("--average-last", type=int, default=5,
-                   help="also score the mean of the last N epochs' weights (1 = off)")
+    p.add_argument("--average-last", type=int,
+                   help="also score the mean of the last N epochs' weights (1 = off; default 5, "
+                   "1 with --preset cpu, whose time budget ends it inside an epoch)")
     p.add_argument("--beam-size", type=int, default=4)
     p.add_argument("--length-penalty", type=float, default=0.6)
+    p.add_argument("--score-splits", default="val,test_2016_flickr",
+                   help="comma-separated splits to translate and score after training")
     p.add_argument("--time-limit", type=float,
                    help="stop after the epoch during which this many seconds have passed")
     p.add_argument("--seed", type=int, default=0)
@@ -85,13 +90,20 @@ def main(argv: list[str] | None = None) -> dict:
 
     start = time.perf_counter()
     train = load_multi30k("train", args.data_dir)
-    splits = {name: load_multi30k(name, args.data_dir) for name in ("val", "test_2016_flickr")}
+    splits = {name: load_multi30k(name, args.data_dir)
+              for name in dict.fromkeys(["val", *args.score_splits.split(",")])}
     tokenizer = load_or_train_tokenizer(train, vocab_size=args.vocab_size)
     if args.quick:
         args.preset, args.epochs, args.average_last = "tiny", 2, 2
         train = dataclasses.replace(train, src=train.src[:2000], tgt=train.tgt[:2000])
         splits = {k: dataclasses.replace(v, src=v.src[:100], tgt=v.tgt[:100])
                   for k, v in splits.items()}
+    preset_train = TrainConfig.cpu() if args.preset == "cpu" else TrainConfig()
+    for name in ("epochs", "max_tokens", "warmup_steps", "lr_factor", "schedule", "time_budget"):
+        if getattr(args, name) is None:
+            setattr(args, name, getattr(preset_train, name))
+    if args.average_last is None:
+        args.average_last = 1 if args.preset == "cpu" else 5
     overrides = {k: getattr(args, k) for k in MODEL_FIELDS if getattr(args, k) is not None}
     if args.norm_first:
         overrides["norm_first"] = True
@@ -138,6 +150,8 @@ def main(argv: list[str] | None = None) -> dict:
     for label, state in weights.items():
         model.load_state_dict(state)
         for split, corpus in splits.items():
+            if split not in args.score_splits.split(","):
+                continue  # val is still loaded: it is the validation loss's data
             for beam in sorted({1, args.beam_size}):
                 t0 = time.perf_counter()
                 hyps = translate(model, tokenizer, corpus.src, beam_size=beam,

@@ -1,7 +1,11 @@
 """The short-budget recipe's pieces: the linear schedule, the time budget, the embedding scale."""
 
 import math
+import os
 import random
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -112,3 +116,29 @@ def test_embed_init_normal_gives_unit_scale_embeddings():
     assert normal.generator.weight is normal.src_embed.weight is normal.tgt_embed.weight
     with pytest.raises(ValueError, match="embed_init must be"):
         TransformerConfig.tiny(embed_init="uniform")
+
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
+DATA = os.environ.get("MULTI30K_DIR") or (str(SHARED) if SHARED.is_dir() else None)
+
+
+@pytest.mark.skipif(DATA is None, reason="no local Multi30k copy (set MULTI30K_DIR)")
+def test_cli_preset_cpu_sets_the_recipe(tmp_path):
+    """`train --preset cpu` trains TransformerConfig.cpu() with TrainConfig.cpu()'s recipe, and a
+    flag given beside it still wins."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MULTI30K_DIR": DATA,
+           "TRANSFORMER_BOOK_CACHE": str(tmp_path / "cache")}
+    run = subprocess.run(
+        [sys.executable, "-m", "transformer_book", "train", "--preset", "cpu", "--vocab-size",
+         "500", "--train-limit", "64", "--max-steps", "2", "--warmup-steps", "50",
+         "--checkpoint-dir", str(tmp_path / "run"), "--device", "cpu", "--no-progress"],
+        capture_output=True, text=True, env=env, timeout=300)
+    assert run.returncode == 0, run.stderr
+    state = load_checkpoint(tmp_path / "run" / "last.pt")
+    recipe, given = TrainConfig.cpu(), state["train_config"]
+    for name in ("max_tokens", "lr_factor", "schedule", "time_budget", "epochs"):
+        assert given[name] == getattr(recipe, name), name
+    assert given["warmup_steps"] == 50 and state["step"] == 2
+    assert state["model_config"]["embed_init"] == "normal"
+    assert state["model_config"]["d_model"] == TransformerConfig.cpu().d_model
+    assert 0 < state["train_seconds"] < recipe.time_budget

@@ -128,6 +128,16 @@ class TransformerConfig:
         return cls(**{"d_model": 256, "num_heads": 4, "num_layers": 3, "d_ff": 1024, **overrides})
 
     @classmethod
+    def cpu(cls, **overrides) -> TransformerConfig:
+        """Not in the paper: the small model with the embedding scale of the paper's code.
+
+        d_model 256, 4 heads, 3 + 3 post-norm layers, d_ff 1024, P_drop 0.1, and the embedding
+        drawn from N(0, d_model^-0.5) (``embed_init="normal"``). With ``TrainConfig.cpu()``
+        it reaches over 30 BLEU on Multi30k test 2016 in 20 minutes on 2 CPU cores (chapter 8).
+        """
+        return cls.small(**{"embed_init": "normal", **overrides})
+
+    @classmethod
     def tiny(cls, **overrides) -> TransformerConfig:
         """Not in the paper: for tests and toy tasks such as copying a sequence."""
         defaults = {"d_model": 64, "num_heads": 4, "num_layers": 2, "d_ff": 128, "dropout": 0.0}

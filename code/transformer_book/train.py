@@ -245,6 +245,20 @@ class TrainConfig:
     compile: bool = False  # torch.compile(fullgraph=True) of forward + loss
     compile_mode: str | None = None  # torch.compile mode; "reduce-overhead" = CUDA graphs
 
+    @classmethod
+    def cpu(cls, **overrides) -> TrainConfig:
+        """Not in the paper: the CPU reader's recipe, 20 minutes of training on 2 cores.
+
+        Pair it with ``TransformerConfig.cpu()``. Chosen by the runs in
+        ``benchmarks/results/cpu-2026-11-23/`` (chapter 8 tabulates them): batches of at most
+        1,500 padded tokens (more, smaller steps), a 200-step warm-up to the rate of Eq. (3) at
+        0.45 times its size (2.0e-3 for d_model 256), then a linear decay that reaches 0 when
+        the time budget of 1,150 s (validation included) runs out. ``epochs`` is only an upper
+        bound: on a 2-core CPU the budget stops the run in its fifth epoch.
+        """
+        return cls(**{"max_tokens": 1500, "warmup_steps": 200, "lr_factor": 0.45,
+                      "schedule": "linear", "time_budget": 1150.0, "epochs": 30, **overrides})
+
 
 @dataclass
 class History:
