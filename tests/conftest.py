@@ -54,3 +54,12 @@ def copy_task() -> CopyTask:
         return CopyTask(model=model, final_loss=loss.item())
     finally:
         torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def one_thread():
+    """Tiny models train fastest on one thread (and the CI machine has only two cores)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

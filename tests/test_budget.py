@@ -22,13 +22,7 @@ from transformer_book.train import (
     noam_lr,
 )
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def _data(n=48, vocab=20, seed=0, shuffle=True):

@@ -22,14 +22,7 @@ from transformer_book.train import (
     smoothed_loss_floor,
 )
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models train fastest on one thread (and the CI machine has only two cores)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 @pytest.mark.parametrize("eps", [0.0, 0.1, 0.3])
