@@ -20,7 +20,6 @@ import argparse
 import dataclasses
 import json
 import math
-import os
 import shlex
 import sys
 import time
@@ -99,7 +98,7 @@ def main(argv: list[str] | None = None) -> dict:
         splits = {k: dataclasses.replace(v, src=v.src[:100], tgt=v.tgt[:100])
                   for k, v in splits.items()}
     preset_train = TrainConfig.cpu() if args.preset == "cpu" else TrainConfig()
-    for name in ("epochs", "max_tokens", "warmup_steps", "lr_factor", "schedule", "time_budget"):
+    for name in TrainConfig.RECIPE_FIELDS:
         if getattr(args, name) is None:
             setattr(args, name, getattr(preset_train, name))
     if args.average_last is None:
@@ -198,9 +197,8 @@ def main(argv: list[str] | None = None) -> dict:
             "config": {"model": model_config.to_dict(), "train": dataclasses.asdict(config),
                        "vocab_size": args.vocab_size},
             "sacrebleu_signature": signature,
-            "command": "MULTI30K_DIR=<folder> .venv/bin/python "
-                       + shlex.join([os.path.relpath(sys.argv[0]), *sys.argv[1:]])
-            if argv is None else shlex.join(["benchmarks/train_bleu.py", *argv]),
+            "command": "MULTI30K_DIR=<folder> .venv/bin/python benchmarks/train_bleu.py "
+                       + shlex.join(sys.argv[1:] if argv is None else argv),
         }
         Path(args.summary_json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.summary_json).write_text(json.dumps(summary, indent=1) + "\n")

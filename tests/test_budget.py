@@ -1,5 +1,6 @@
 """The short-budget recipe's pieces: the linear schedule, the time budget, the embedding scale."""
 
+import dataclasses
 import math
 import os
 import random
@@ -136,3 +137,11 @@ def test_cli_preset_cpu_sets_the_recipe(tmp_path):
     assert state["model_config"]["embed_init"] == "normal"
     assert state["model_config"]["d_model"] == TransformerConfig.cpu().d_model
     assert 0 < state["train_seconds"] < recipe.time_budget
+
+
+def test_recipe_fields_are_what_cpu_changes():
+    """TrainConfig.RECIPE_FIELDS (what `--preset cpu` fills in) lists exactly the fields that
+    TrainConfig.cpu() sets away from the defaults."""
+    changed = {f.name for f in dataclasses.fields(TrainConfig)
+               if getattr(TrainConfig.cpu(), f.name) != getattr(TrainConfig(), f.name)}
+    assert changed == set(TrainConfig.RECIPE_FIELDS)

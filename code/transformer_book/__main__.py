@@ -35,10 +35,6 @@ DEBUG_ENV = "TRANSFORMER_BOOK_DEBUG"
 TRAIN_DEFAULTS = {"preset": "small", "vocab_size": 8000, "epochs": 10, "max_tokens": 4096,
                   "warmup_steps": 4000, "lr_factor": 1.0, "label_smoothing": 0.1,
                   "checkpoint_every": 500, "seed": 0, "schedule": "noam", "time_budget": None}
-#: What ``--preset cpu`` changes in those defaults: TrainConfig.cpu()'s recipe (20 minutes on 2
-#: CPU cores; chapter 8), filled in by cmd_train from TrainConfig.cpu() itself.
-PRESET_TRAIN_FIELDS = ("epochs", "max_tokens", "warmup_steps", "lr_factor", "schedule",
-                       "time_budget")
 #: Settings that --resume may change: how long to train, how often to save, where to run.
 RESUMABLE = ("epochs", "max_steps", "checkpoint_every", "device", "accumulate", "time_budget")
 
@@ -561,7 +557,7 @@ def _train(args, folder: Path, last: Path, state: dict | None, ctx=None) -> int:
         defaults = dict(TRAIN_DEFAULTS)
         if args.preset == "cpu":
             recipe = TrainConfig.cpu()
-            defaults.update({k: getattr(recipe, k) for k in PRESET_TRAIN_FIELDS})
+            defaults.update({k: getattr(recipe, k) for k in TrainConfig.RECIPE_FIELDS})
         values = {k: (defaults.get(k) if getattr(args, k, None) is None
                       else getattr(args, k)) for k in defaults}
         config = TrainConfig(max_tokens=values["max_tokens"], accumulate=args.accumulate or 1,

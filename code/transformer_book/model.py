@@ -85,8 +85,9 @@ class Transformer(nn.Module):
             if p.dim() > 1:
                 nn.init.xavier_uniform_(p)
         if config.embed_init == "normal":  # tensor2tensor: std d^-0.5, so x * sqrt(d) has RMS 1
-            for table in {id(t): t for t in (self.src_embed, self.tgt_embed)}.values():
-                nn.init.normal_(table.weight, 0.0, D**-0.5)
+            nn.init.normal_(self.src_embed.weight, 0.0, D**-0.5)
+            if not config.share_embeddings:
+                nn.init.normal_(self.tgt_embed.weight, 0.0, D**-0.5)
         if config.tie_output:
             self.generator.weight = self.tgt_embed.weight  # Sec. 3.4: (V_tgt, D), one tensor
         # Whether every forward checks that token ids lie inside the vocabulary. The check reads

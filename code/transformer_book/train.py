@@ -245,6 +245,9 @@ class TrainConfig:
     compile: bool = False  # torch.compile(fullgraph=True) of forward + loss
     compile_mode: str | None = None  # torch.compile mode; "reduce-overhead" = CUDA graphs
 
+    #: The fields :meth:`cpu` sets: what ``--preset cpu`` changes in a command's defaults.
+    RECIPE_FIELDS = ("epochs", "max_tokens", "warmup_steps", "lr_factor", "schedule", "time_budget")
+
     @classmethod
     def cpu(cls, **overrides) -> TrainConfig:
         """Not in the paper: the CPU reader's recipe, 20 minutes of training on 2 cores.
