@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import statistics
 import time
 from pathlib import Path
 
@@ -112,7 +113,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     spreads = [r["spread"] for r in rows if r.get("spread") is not None]
     if spreads:
         print(f"\nnoise: the slowest timed round was {100 * max(spreads):.0f}% slower than the "
-              f"fastest at worst (median {100 * sorted(spreads)[len(spreads) // 2]:.0f}%)")
+              f"fastest at worst (median {100 * statistics.median(spreads):.0f}%)")
     print(f"total wall time {time.perf_counter() - start:.0f} s")
     if args.machine:
         print(f"wrote {write(rows, args, device)}")

@@ -187,7 +187,8 @@ class MultiHeadAttention(nn.Module):
 
     Args:
         d_model: model width D (512 in the paper).
-        num_heads: number of heads h (8 in the paper); must divide ``d_model``.
+        num_heads: number of heads h (8 in the paper); must divide ``d_model`` unless both ``d_k``
+            and ``d_v`` are given.
         dropout: dropout on the attention weights during training (not in the paper, which
             uses residual and embedding dropout only, Sec. 5.4; ``nn.MultiheadAttention`` has it).
         bias: whether the four projections have biases.

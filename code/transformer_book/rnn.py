@@ -45,7 +45,8 @@ class ElmanRNN(nn.Module):
         input_size: size of each input vector ``x_t``.
         hidden_size: size of the hidden state ``h_t``.
         output_size: size of each output ``o_t``.
-        nonlinearity: ``"tanh"`` (Elman) or ``"identity"`` (no nonlinearity).
+        nonlinearity: ``"tanh"`` (as ``nn.RNN``; Elman used a squashing nonlinearity) or
+            ``"identity"`` (no nonlinearity).
 
     Attributes:
         U: input-to-hidden weights, shape ``(input_size, hidden_size)``.

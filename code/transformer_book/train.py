@@ -184,7 +184,8 @@ def make_optimizer(
     The optimiser's base rate is 1.0 and ``LambdaLR`` multiplies it by ``noam_lr``. Call
     ``scheduler.step()`` after every ``optimizer.step()``: the k-th update (k = 1, 2, ...)
     then uses ``noam_lr(k)``. ``fused=True`` updates all parameters in a few fused kernels
-    instead of several small ones per parameter tensor (the same update, up to rounding).
+    (on CUDA the default is already the multi-tensor "foreach" path, which batches the
+    parameters into a few kernels per operation; the update is the same, up to rounding).
     ``schedule="linear"`` uses :func:`linear_lr` instead, with ``progress(steps_done)`` (a
     callable returning the fraction of the run done, e.g. :meth:`Trainer.progress`) read at
     each step.
