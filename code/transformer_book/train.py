@@ -160,9 +160,11 @@ def linear_lr(step: int, d_model: int, warmup_steps: int, factor: float = 1.0,
     lrate = factor * d_model^-0.5 * warmup_steps^-0.5 * min(step / warmup_steps, 1) * (1 - progress)
 
     ``progress`` is the fraction of the run already done (0 at the start, 1 at the end), so the
-    rate reaches 0 exactly when the run ends, however long it is. For short runs this beats the
-    inverse square root of Eq. (3), which leaves the rate high at the end (Li et al., 2020,
-    "Budgeted training").
+    rate reaches 0 exactly when the run ends, however long it is. The factor applies from the
+    first step, so the peak is reached only if no progress has been made by the end of the
+    warm-up; in practice the highest rate is peak * (1 - progress at step warmup_steps). Li et
+    al. (2020, "Budgeted training") found a decay to zero better than Eq. (3)'s inverse square
+    root for short budgets; in chapter 8's CPU runs the two were within the seeds' spread.
     """
     if step < 1:
         raise ValueError(f"step counts from 1, got {step}")
@@ -255,10 +257,12 @@ class TrainConfig:
 
         Pair it with ``TransformerConfig.cpu()``. Chosen by the runs in
         ``benchmarks/results/cpu-2026-11-23/`` (chapter 8 tabulates them): batches of at most
-        1,500 padded tokens (more, smaller steps), a 200-step warm-up to the rate of Eq. (3) at
-        0.45 times its size (2.0e-3 for d_model 256), then a linear decay that reaches 0 when
-        the time budget of 1,150 s (validation included) runs out. ``epochs`` is only an upper
-        bound: on a 2-core CPU the budget stops the run in its fifth epoch.
+        1,500 padded tokens (more, smaller steps), a 200-step warm-up towards the rate of Eq. (3)
+        at 0.45 times its size (2.0e-3 for d_model 256) multiplied by (1 - progress), then a
+        linear decay that reaches 0 when the time budget of 1,150 s (validation included) runs
+        out; since progress has advanced during the warm-up, the rate reached is lower (about
+        1.75e-3 on the 2-core AMD EPYC of chapter 8). ``epochs`` is only an upper bound: on that
+        machine the budget stopped the run in its fifth epoch.
         """
         return cls(**{"max_tokens": 1500, "warmup_steps": 200, "lr_factor": 0.45,
                       "schedule": "linear", "time_budget": 1150.0, "epochs": 30, **overrides})
