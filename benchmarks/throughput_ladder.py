@@ -1,6 +1,6 @@
 """The throughput ladder: one speed feature more per rung, ours and nn.Transformer side by side.
 
-For chapter 8's small preset and for the paper's base model it prints ms/step, target
+For the package's small preset (TransformerConfig.small()) and for the paper's base model it prints ms/step, target
 tokens/s and model FLOPs utilisation (MFU, on a GPU whose peak is known) for each rung: eager
 baseline, no host syncs, fused Adam, flash SDPA, torch.compile, CUDA graphs, larger batch
 (see ``transformer_book.benchmark.ladder``). Rungs that need CUDA are reported as skipped on a
