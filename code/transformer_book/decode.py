@@ -21,14 +21,27 @@ from transformer_book.model import Transformer
 def _check_args(
     model: Transformer, src: Tensor, bos_id: int, eos_id: int, max_new_tokens: int | None
 ) -> None:
-    if not isinstance(model, Transformer):
-        raise TypeError(f"model must be a transformer_book Transformer, got {type(model).__name__}")
+    if not all(hasattr(model, name) for name in ("encode", "decode", "config")):
+        raise TypeError(
+            f"model must be an encoder-decoder with encode(src), decode(tgt, memory, src_mask, "
+            f"cache) and a config (like transformer_book's Transformer), got "
+            f"{type(model).__name__}"
+        )
     vocab = model.config.tgt_vocab_size
     for name, value in (("bos_id", bos_id), ("eos_id", eos_id)):
         if not isinstance(value, int) or not 0 <= value < vocab:
             raise ValueError(f"{name} must be an int in [0, {vocab}), got {value!r}")
     if max_new_tokens is not None and (not isinstance(max_new_tokens, int) or max_new_tokens < 1):
         raise ValueError(f"max_new_tokens must be a positive int or None, got {max_new_tokens!r}")
+
+
+def _cache_choice(model, use_cache: bool | None) -> bool:
+    """``use_cache``, or (None) whether the model keeps a key/value cache."""
+    keeps = hasattr(model, "new_cache")
+    if use_cache and not keeps:
+        raise ValueError(f"{type(model).__name__} keeps no cache (no new_cache()): decode with "
+                         "use_cache=False")
+    return keeps if use_cache is None else use_cache
 
 
 def _length_limits(model: Transformer, src: Tensor, max_new_tokens: int | None) -> list[int]:
@@ -49,7 +62,7 @@ def greedy_decode(
     bos_id: int,
     eos_id: int,
     max_new_tokens: int | None = None,
-    use_cache: bool = True,
+    use_cache: bool | None = None,
 ) -> Tensor:
     """Sec. 3.1: greedy auto-regressive decoding, the most probable token at every step.
 
@@ -63,7 +76,8 @@ def greedy_decode(
         eos_id: the token that ends a sentence.
         max_new_tokens: most tokens to generate after BOS; default the source length + 50 per
             sentence (Sec. 6.1), capped by ``max_len - 1``.
-        use_cache: reuse keys/values of earlier steps (same result, faster).
+        use_cache: reuse keys/values of earlier steps (same result, faster); None (default):
+            when the model keeps a cache (has ``new_cache``, as the book's Transformer does).
 
     Returns:
         Token ids starting with ``bos_id``; after a sentence's ``eos_id`` its row holds ``pad_id``.
@@ -72,6 +86,7 @@ def greedy_decode(
         src (B, S) -> (B, 1 + number of steps run)
     """
     _check_args(model, src, bos_id, eos_id, max_new_tokens)
+    use_cache = _cache_choice(model, use_cache)
     was_training = model.training
     model.eval()
     try:
@@ -111,7 +126,7 @@ def beam_search(
     beam_size: int = 4,
     length_penalty: float = 0.6,
     max_new_tokens: int | None = None,
-    use_cache: bool = True,
+    use_cache: bool | None = None,
 ) -> list[list[int]]:
     """Sec. 6.1: beam search with beam size 4 and length penalty alpha = 0.6.
 
@@ -132,7 +147,8 @@ def beam_search(
         beam_size: beams per sentence (4 in the paper).
         length_penalty: alpha (0.6 in the paper; 0 ranks by raw log-probability).
         max_new_tokens: as in :func:`greedy_decode`.
-        use_cache: reuse keys/values between steps.
+        use_cache: reuse keys/values between steps; None (default): when the model keeps a
+            cache, as in :func:`greedy_decode`.
 
     Returns:
         For each sentence, the best hypothesis as a list of ids: ``bos_id``, the generated
@@ -146,6 +162,7 @@ def beam_search(
         raise ValueError(f"beam_size must be a positive int, got {beam_size!r}")
     if length_penalty < 0:
         raise ValueError(f"length_penalty (alpha) must be >= 0, got {length_penalty}")
+    use_cache = _cache_choice(model, use_cache)
     was_training = model.training
     model.eval()
     try:
