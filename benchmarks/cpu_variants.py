@@ -10,7 +10,8 @@ Each setting runs the same probes in a fresh process (the settings are read at s
   lstsq      a least-squares fit (LAPACK through MKL), its residual's bits;
   matmul     a 256x256 float32 product summed (BLAS, and the reduction's order);
   softmax    softmax + log over a (64, 1000) float32 tensor (ATen's vectorised kernels);
-  training   60 Adam steps of a tiny Transformer on a copy task, the last loss's bits.
+  training   60 Adam steps (transformer_book.step.TrainStep) of a tiny Transformer on a copy
+             task, the last loss's bits.
 and the table says, per setting, which probes' bits differ from the run without any setting
 (a second run without any setting shows which probes are not even repeatable).
 
@@ -43,8 +44,10 @@ SETTINGS = [
 PROBES = r'''
 import json, torch, torch.nn.functional as F
 from transformer_book import set_seed
+from transformer_book.batching import Batch
 from transformer_book.config import TransformerConfig
 from transformer_book.model import Transformer
+from transformer_book.step import TrainStep
 
 out = {"capability": torch.backends.cpu.get_cpu_capability(), "threads": torch.get_num_threads()}
 pos = torch.arange(10, dtype=torch.float64)[:, None]
@@ -62,12 +65,12 @@ set_seed(0)
 V = 13
 model = Transformer(TransformerConfig.tiny(src_vocab_size=V, tgt_vocab_size=V, max_len=32))
 opt = torch.optim.Adam(model.parameters(), lr=3e-3, betas=(0.9, 0.98), eps=1e-9)
+step = TrainStep(model, opt, label_smoothing=0.0, pad_id=0)  # the package's step, plain CE
 for _ in range(60):
     src = torch.randint(3, V, (32, 6), generator=g)
     dec = torch.cat([torch.ones(32, 1, dtype=torch.long), src], dim=1)
     tgt = torch.cat([src, torch.full((32, 1), 2)], dim=1)
-    loss = F.cross_entropy(model(src, dec).reshape(-1, V), tgt.reshape(-1))
-    opt.zero_grad(); loss.backward(); opt.step()
+    loss = step(Batch(src, dec, tgt))
 out["training"] = float(loss).hex()
 print(json.dumps(out))
 '''

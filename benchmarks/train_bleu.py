@@ -27,6 +27,7 @@ from pathlib import Path
 
 import torch
 from transformer_book import describe_hardware, set_seed
+from transformer_book.cli.common import add_config_flags, given_settings
 from transformer_book.config import TransformerConfig
 from transformer_book.data import load_multi30k
 from transformer_book.model import Transformer
@@ -36,6 +37,13 @@ from transformer_book.train import TrainConfig, Trainer, corpus_bleu, prepare_co
 PRESETS = ("tiny", "small", "cpu", "base", "big")
 MODEL_FIELDS = ("d_model", "num_heads", "num_layers", "d_ff", "d_key", "d_value", "dropout",
                 "attention_dropout", "ffn_dropout")
+#: The TrainConfig fields this script takes as flags (help, types and valid values from the
+#: dataclass, as for `python -m transformer_book train`). Left out, a flag keeps the preset's
+#: value: TrainConfig.cpu() for --preset cpu, else TrainConfig()'s (10 epochs, 4,096 tokens,
+#: warm-up 4,000, Eq. 3), and average_last 5 (1 with --preset cpu, whose time budget ends it
+#: inside an epoch).
+TRAIN_FIELDS = ("epochs", "max_tokens", "warmup_steps", "lr_factor", "schedule", "time_budget",
+                "label_smoothing", "clip_grad_norm", "average_last", "seed", "device", "cpu_amp")
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -52,29 +60,13 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--embed-init", choices=("xavier", "normal"),
                    help="embedding initialisation (default: the preset's, xavier)")
     p.add_argument("--vocab-size", type=int, default=8000)
-    # training settings: default None = the preset's (TrainConfig.cpu() for --preset cpu,
-    # else TrainConfig()'s: 10 epochs, 4,096 tokens, warm-up 4,000, Eq. (3))
-    p.add_argument("--epochs", type=int)
-    p.add_argument("--max-tokens", type=int, help="padded tokens per batch")
-    p.add_argument("--warmup-steps", type=int)
-    p.add_argument("--lr-factor", type=float)
-    p.add_argument("--schedule", choices=("noam", "linear"),
-                   help="Eq. (3), or the same warm-up then a linear decay to 0 at the run's end")
-    p.add_argument("--time-budget", type=float,
-                   help="seconds of training: stop at the first step past it (validation counts)")
-    p.add_argument("--label-smoothing", type=float, default=0.1)
-    p.add_argument("--clip-grad-norm", type=float)
-    p.add_argument("--average-last", type=int,
-                   help="also score the mean of the last N epochs' weights (1 = off; default 5, "
-                   "1 with --preset cpu, whose time budget ends it inside an epoch)")
+    add_config_flags(p, TrainConfig, TRAIN_FIELDS)
     p.add_argument("--beam-size", type=int, default=4)
     p.add_argument("--length-penalty", type=float, default=0.6)
     p.add_argument("--score-splits", default="val,test_2016_flickr",
                    help="comma-separated splits to translate and score after training")
     p.add_argument("--time-limit", type=float,
                    help="stop after the epoch during which this many seconds have passed")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", help="cpu or cuda (default: cuda if available)")
     p.add_argument("--threads", type=int, help="CPU threads")
     p.add_argument("--name", default="run", help="label of this run in the output")
     p.add_argument("--json", help="write the results to this file")
@@ -98,11 +90,9 @@ def main(argv: list[str] | None = None) -> dict:
         splits = {k: dataclasses.replace(v, src=v.src[:100], tgt=v.tgt[:100])
                   for k, v in splits.items()}
     preset_train = TrainConfig.cpu() if args.preset == "cpu" else TrainConfig()
-    for name in TrainConfig.RECIPE_FIELDS:
-        if getattr(args, name) is None:
-            setattr(args, name, getattr(preset_train, name))
-    if args.average_last is None:
-        args.average_last = 1 if args.preset == "cpu" else 5
+    config = dataclasses.replace(preset_train, **{
+        "average_last": 1 if args.preset == "cpu" else 5, "progress": False, "log_epochs": True,
+        **given_settings(args, TRAIN_FIELDS)})
     overrides = {k: getattr(args, k) for k in MODEL_FIELDS if getattr(args, k) is not None}
     if args.norm_first:
         overrides["norm_first"] = True
@@ -113,16 +103,10 @@ def main(argv: list[str] | None = None) -> dict:
     model_config = getattr(TransformerConfig, args.preset)(
         src_vocab_size=tokenizer.vocab_size, tgt_vocab_size=tokenizer.vocab_size,
         pad_id=tokenizer.pad_id, **overrides)
-    config = TrainConfig(max_tokens=args.max_tokens, epochs=args.epochs,
-                         warmup_steps=args.warmup_steps, lr_factor=args.lr_factor,
-                         schedule=args.schedule, time_budget=args.time_budget,
-                         label_smoothing=args.label_smoothing, clip_grad_norm=args.clip_grad_norm,
-                         average_last=args.average_last, seed=args.seed, device=args.device,
-                         progress=False, log_epochs=True)
     train_data = prepare_corpus(tokenizer, train, config.max_tokens, seed=config.seed,
                                 max_len=model_config.max_len - 2)
     val_data = prepare_corpus(tokenizer, splits["val"], config.max_tokens, shuffle=False)
-    set_seed(args.seed)
+    set_seed(config.seed)
     model = Transformer(model_config)
     trainer = Trainer(model, train_data, config, model_config=model_config, val_data=val_data)
     hardware = describe_hardware(trainer.device)
@@ -134,7 +118,7 @@ def main(argv: list[str] | None = None) -> dict:
     if args.time_limit is None:
         trainer.fit()
     else:  # epoch by epoch, so that the time limit can stop the run between epochs
-        for epoch in range(1, args.epochs + 1):
+        for epoch in range(1, config.epochs + 1):
             trainer.config = dataclasses.replace(config, epochs=epoch)
             trainer.fit()
             if time.perf_counter() - train_start > args.time_limit:
@@ -143,7 +127,7 @@ def main(argv: list[str] | None = None) -> dict:
     train_seconds = time.perf_counter() - train_start
 
     weights = {"last": {k: v.detach().clone() for k, v in model.state_dict().items()}}
-    if args.average_last > 1:
+    if config.average_last > 1:
         weights[f"mean of last {len(trainer.snapshots)}"] = trainer.averaged_state_dict()
     rows, signature = [], ""
     for label, state in weights.items():

@@ -263,7 +263,7 @@ def test_beam_size_bounded(run, env, in_process, capsys, monkeypatch):  # row 13
                  "--device", "cpu", stdin=b"Ein Hund.\n")
     assert "more beams than the model's 500 target tokens" in one_error_line(result, 2)
     # the memory estimate: refused before decoding when it exceeds half of what is free
-    import transformer_book.__main__ as cli_module
+    import transformer_book.cli.translate as cli_module
 
     monkeypatch.setattr(cli_module, "available_memory", lambda device: 40 * 2**20)
     monkeypatch.setattr(sys, "stdin", io.StringIO("Ein Hund läuft.\n"))
@@ -272,6 +272,38 @@ def test_beam_size_bounded(run, env, in_process, capsys, monkeypatch):  # row 13
     err = capsys.readouterr().err
     assert re.search(r"--beam-size 400: .* would need about [\d.]+ GiB, more than half of the "
                      r"0\.0 GiB available .* use --beam-size \d+ or less", err), err
+
+
+@needs_data
+def test_translate_splits_batches_to_fit_the_memory(run, in_process, capsys, monkeypatch):
+    """A memory budget that holds a few sentences per batch: translate decodes in several
+    batches, translating what translate() does with that budget (tests/test_evaluation.py:
+    the same as one batch)."""
+    import transformer_book.cli.translate as cli_translate
+    from transformer_book import decode
+    from transformer_book.evaluation import decode_memory_bytes
+
+    lines = ["Ein Hund läuft.", "Zwei Männer spielen im Park.", "Eine Frau liest ein Buch.",
+             "Ein Kind.", "Drei Hunde spielen im Schnee neben einem Haus."] * 3
+    model, tokenizer, _ = model_from_checkpoint(run / "last.pt", "cpu")
+    longest = max(len(ids) for ids in tokenizer.encode_batch(lines)) + 1
+    budget = 3 * decode_memory_bytes(model.config, longest, 2)  # 3 of the longest sentences
+    monkeypatch.setattr(cli_translate, "available_memory", lambda device: 2 * budget)
+    sizes, real = [], decode.beam_search
+
+    def counting(model, src, *args, **kwargs):
+        sizes.append(src.shape[0])
+        return real(model, src, *args, **kwargs)
+
+    monkeypatch.setattr(decode, "beam_search", counting)
+    monkeypatch.setattr(sys, "stdin", io.StringIO("\n".join(lines) + "\n"))
+    assert main(["translate", "--checkpoint", str(run / "last.pt"), "--beam-size", "2",
+                 "--device", "cpu"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert len(sizes) >= len(lines) / 4 and sum(sizes) == len(lines)  # split: 3 or 4 a batch
+    monkeypatch.setattr(decode, "beam_search", real)
+    assert out == translate(model, tokenizer, lines, beam_size=2, truncate=True,
+                            memory_budget=budget)
 
 
 # --------------------------------------------------------------------------- train
@@ -312,6 +344,22 @@ def test_resume_refuses_contradicting_flags(run, env, in_process):  # row 12
     for part in ("--preset small (the run has tiny)", "--vocab-size 1000 (the run has 500)",
                  "--num-layers 3 (the run has 1)", "--seed 1 (the run has 0)"):
         assert part in line, line
+
+
+@needs_data
+def test_resume_of_a_run_without_cpu_amp_and_the_flag_against_it(run_copy, in_process):
+    """A checkpoint written before TrainConfig.cpu_amp existed resumes (as a float32 run);
+    --cpu-amp on --resume contradicts a float32 run."""
+    state = load_checkpoint(run_copy / "last.pt")
+    del state["train_config"]["cpu_amp"]
+    torch.save(state, run_copy / "last.pt")
+    result = call("train", "--checkpoint-dir", run_copy, "--resume", "--cpu-amp",
+                  "--max-steps", 4)
+    assert "--cpu-amp (the run has False)" in one_error_line(result, 2)
+    result = call("train", *TINY, "--checkpoint-dir", run_copy, "--resume", "--max-steps", 4)
+    assert result.returncode == 0, result.stderr.decode()
+    resumed = load_checkpoint(run_copy / "last.pt")
+    assert resumed["step"] == 4 and resumed["train_config"]["cpu_amp"] is False
 
 
 @needs_data

@@ -96,12 +96,12 @@ def test_multi30k_round_trip_on_val(tmp_path_factory):
 def test_cached_tokenizer_honours_the_umask(tmp_path):
     import os
 
-    from transformer_book.tokenizer import _atomic_write_text
-
+    tok = SubwordTokenizer.train(["ein Hund", "a dog"] * 3, vocab_size=30, min_frequency=1)
     old = os.umask(0o022)
     try:
-        _atomic_write_text(tmp_path / "t.json", "{}")
+        tok.save(tmp_path / "t.json")
     finally:
         os.umask(old)
     assert (tmp_path / "t.json").stat().st_mode & 0o777 == 0o644
     assert [p.name for p in tmp_path.iterdir()] == ["t.json"]  # no temporary file left
+    assert SubwordTokenizer.load(tmp_path / "t.json").to_str() == tok.to_str()

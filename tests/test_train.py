@@ -291,3 +291,24 @@ def test_train_step_compiled_without_breaks_trains(tmp_path):
         losses[compiled] = [float(step(batch)) for _ in range(3)]
     torch._dynamo.reset()
     torch.testing.assert_close(losses[True], losses[False], rtol=1e-5, atol=1e-5)
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def test_eval_every_validates_every_n_steps(tmp_path):
+    """eval_every=n: validation after every n-th step (not at the epoch ends), in the history
+    and in metrics.jsonl, each the loss of the weights at that step."""
+    import json
+
+    trainer = _trainer(tmp_path, eval_every=4, max_steps=12, epochs=100, clip_grad_norm=None)
+    per_epoch = trainer.train_data.num_batches(0)
+    assert per_epoch % 4 != 0  # an epoch end that is not a multiple: no validation there
+    trainer.fit()
+    assert trainer.step == 12 and trainer.epoch >= 1
+    assert [s for s, _ in trainer.history.val_loss] == [4, 8, 12]
+    assert trainer.history.val_loss[-1][1] == trainer.evaluate()  # the final weights' loss
+    assert len({v for _, v in trainer.history.val_loss}) == 3  # three different weights
+    lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["step"], r["val_loss"]) for r in lines if "val_loss" in r] == \
+        trainer.history.val_loss

@@ -1,6 +1,25 @@
 """transformer_book: the shared package behind "Attention Is All You Need, built and trained
 cell by cell". Each module holds one concept of the paper; chapters build each piece in the open,
-check it against the version here, and import it from here afterwards."""
+check it against the version here, and import it from here afterwards.
+
+The model (Sec. 3): ``config`` (TransformerConfig, Table 3), ``masks``, ``attention`` (Eq. 1,
+Sec. 3.2), ``layers`` (Sec. 3.1, 3.3), ``positional`` (Sec. 3.5), ``model`` (Sec. 3.4),
+``decode`` (greedy and beam search, Sec. 6.1).
+
+The data (Sec. 5.1): ``data`` (Multi30k), ``corpus`` (your own parallel files; tokenised and
+batched corpora), ``hf_dataset`` (a Hugging Face dataset, streamed), ``tokenizer`` (joint BPE),
+``batching`` (token-budget batches).
+
+Training (Sec. 5): ``loss`` (label smoothing, Sec. 5.4), ``schedule`` (Adam and Eq. 3,
+Sec. 5.3), ``step`` (one optimiser step, mixed precision), ``trainer`` (the loop) around
+``training_run`` (what a run holds), ``run_state`` (position and history), ``budget`` (time
+budget and progress), ``distributed`` (several processes), ``checkpoint`` (checkpoint files,
+weight averaging, Sec. 6.1), ``runlog`` (metrics.jsonl); ``train`` re-exports their names.
+``evaluation`` translates and scores BLEU (Sec. 6.1); ``cli`` is ``python -m transformer_book``.
+
+Around them: ``files`` (atomic writes, UTF-8 lines), ``utils``, ``plotting``, ``diagrams``,
+``cost`` and ``benchmark`` (what the Transformer costs), ``rnn`` (chapter 1's baselines).
+"""
 
 from importlib import metadata as _metadata
 

@@ -121,6 +121,38 @@ def to_device_ahead(batches: Iterable[Batch], device: torch.device | str,
         yield queue.popleft()
 
 
+def device_batches(batches: Iterable[Batch], device: torch.device | str, *, ahead: bool,
+                   model=None) -> Iterator[tuple[Batch, Batch]]:
+    """``(host batch, device batch)`` pairs for a training loop.
+
+    Plain (``ahead=False``): each batch is copied when it is needed. With ``ahead``, the ids
+    are checked on the host (:func:`check_token_ids`, against ``model.config``'s vocabularies)
+    and the copies start ahead (:func:`to_device_ahead`); ``model.check_token_ids`` is switched
+    off meanwhile (the model would read its ids back from the device), and restored after.
+    """
+    if not ahead:
+        for batch in batches:
+            yield batch, batch.to(device)
+        return
+    config = getattr(model, "config", None)
+    vocab = getattr(config, "src_vocab_size", None)
+
+    def checked():
+        for batch in batches:
+            if vocab is not None:
+                check_token_ids(batch, config.src_vocab_size, config.tgt_vocab_size)
+            yield batch
+
+    before = getattr(model, "check_token_ids", None)
+    if before is not None:
+        model.check_token_ids = vocab is None  # checked here instead
+    try:
+        yield from to_device_ahead(checked(), device)
+    finally:
+        if before is not None:
+            model.check_token_ids = before
+
+
 def pad_sequences(seqs: Sequence[Sequence[int]], pad_id: int, width: int | None = None,
                   rows: int | None = None) -> torch.Tensor:
     """Stack lists of ids into a (B, L) long tensor, right-padded with ``pad_id``.
@@ -277,13 +309,23 @@ class BatchedCorpus:
             raise ValueError(f"{len(src_ids)} sources but {len(tgt_ids)} targets")
         if len(src_ids) == 0:
             raise ValueError("no sentence pairs to batch")
-        self.src_ids, self.tgt_ids = list(src_ids), list(tgt_ids)
+        self.src_ids, self.tgt_ids = self._keep(src_ids), self._keep(tgt_ids)
         self.max_tokens = max_tokens
         self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
         self.shuffle, self.seed = shuffle, seed
         self.widths = None if widths is None else tuple(sorted(widths))
-        self._src_lens = [len(x) for x in self.src_ids]
-        self._tgt_lens = [len(y) for y in self.tgt_ids]
+        self._src_lens = self._lengths(self.src_ids)
+        self._tgt_lens = self._lengths(self.tgt_ids)
+
+    @staticmethod
+    def _keep(ids) -> Sequence:
+        """The ids as this corpus holds them: a list of its own (the caller's list may change)."""
+        return list(ids)
+
+    @staticmethod
+    def _lengths(ids) -> list[int]:
+        """The number of ids of each sentence."""
+        return [len(x) for x in ids]
 
     def __len__(self) -> int:
         """Number of examples."""

@@ -1,38 +1,47 @@
-"""Checkpoint files: written atomically, read with ``weights_only=True``, turned back into a model.
+"""Checkpoint files: written atomically, read with ``weights_only=True``, turned back into a model;
+and the weights of the last epochs, kept and averaged (Sec. 6.1).
 
 A checkpoint is a plain dict (tensors, numbers, strings, lists, dicts) so that
 ``torch.load(weights_only=True)`` can read it without running any code from the file.
-:class:`transformer_book.train.Trainer` writes and reads them; :func:`model_from_checkpoint`
+:class:`transformer_book.trainer.Trainer` writes and reads them; :func:`model_from_checkpoint`
 rebuilds a trained model and its tokenizer for translation.
+
+Sec. 6.1: "we used a single model obtained by averaging the last 5 checkpoints".
+:class:`EpochWeights` keeps the weights of the last epochs (in memory, and beside the checkpoint
+so that a resumed run has them too); :func:`average_state_dicts` averages them.
 
 Every way a file can be wrong gets its own message (:class:`CheckpointError`): missing, a
 folder, empty, truncated, not a PyTorch file, holding Python objects that the safe loader
 refuses, not a checkpoint of this book, another format version, weights of another model.
 Writing failures (disk full, permission denied) raise :class:`CheckpointWriteError` naming
 the path and the cause; the previous file stays intact and no temporary file is left behind.
-:class:`DirectoryLock` keeps two training runs out of one checkpoint folder.
+:class:`~transformer_book.files.DirectoryLock` keeps two training runs out of one checkpoint
+folder.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import errno
 import os
 import pickle
-import secrets
-import socket
-import time
 import zipfile
+from collections import deque
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import torch
 
+from transformer_book.files import (  # noqa: F401 (the lock is re-exported: it guards run folders)
+    DirectoryLock,
+    DirectoryLockedError,
+    atomic_write,
+)
 from transformer_book.utils import get_device
 
 CHECKPOINT_FORMAT = 1
 
-#: What :meth:`transformer_book.train.Trainer.load_checkpoint` needs to continue a run.
+#: What :meth:`transformer_book.trainer.Trainer.load_checkpoint` needs to continue a run.
 TRAINING_KEYS = ("model", "optimizer", "scheduler", "step", "epoch", "batch_in_epoch", "rng",
                  "model_config", "train_config", "history")
 
@@ -44,10 +53,6 @@ class CheckpointError(ValueError):
 class CheckpointWriteError(OSError):
     """A checkpoint could not be written (disk full, permission denied, ...); the previous
     file at that path, if any, is intact."""
-
-
-class DirectoryLockedError(RuntimeError):
-    """Another process holds the lock of a checkpoint folder."""
 
 
 def _config_dict(config) -> dict | None:
@@ -79,40 +84,25 @@ def _write_error(path: Path, exc: OSError) -> CheckpointWriteError:
 
 
 def atomic_torch_save(obj, path: str | os.PathLike) -> None:
-    """``torch.save`` to a temporary file in the same folder, then ``os.replace``: a crash
-    mid-write leaves the previous checkpoint intact, never a truncated one.
-
-    The file is created with mode 0o666 minus the umask, like any file the user creates (so a
-    group-readable umask gives a group-readable checkpoint), and synced to disk before it
-    replaces ``path``.
+    """``torch.save`` through :func:`~transformer_book.files.atomic_write`: a crash mid-write
+    leaves the previous checkpoint intact, never a truncated one, and the file gets the
+    permissions the umask gives any new file.
 
     Raises:
         CheckpointWriteError: the folder or file cannot be written (the message names the path
             and the cause: no space, quota, permission, read-only file system).
     """
     path = Path(path)
-    tmp = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0),
-                     0o666)  # the umask applies, as for any file the user creates
-    except OSError as e:
-        raise _write_error(path, e) from e
     recorder = None
     try:
-        with os.fdopen(fd, "wb") as f:
+        with atomic_write(path) as f:
             recorder = _RecordingWriter(f)
             torch.save(obj, recorder)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException as e:
-        with contextlib.suppress(OSError):
-            os.remove(tmp)
+    except (OSError, RuntimeError) as e:
         # torch's zip writer turns a failed write into a RuntimeError ("unexpected pos ...");
         # the OSError behind it (e.g. ENOSPC) was recorded on the way
         cause = e if isinstance(e, OSError) else getattr(recorder, "error", None)
-        if isinstance(cause, OSError) and isinstance(e, OSError | RuntimeError):
+        if isinstance(cause, OSError):
             raise _write_error(path, cause) from e
         raise
 
@@ -295,67 +285,77 @@ def model_from_checkpoint(path: str | os.PathLike, device: torch.device | str | 
     return model, tokenizer, state
 
 
-# --------------------------------------------------------------------------- locking
+# --------------------------------------------------------------------------- averaging (Sec. 6.1)
 
 
-class DirectoryLock:
-    """An exclusive OS lock on ``folder/.lock`` for as long as a training run writes there.
+def average_state_dicts(states: Sequence[dict]) -> dict:
+    """Sec. 6.1: the element-wise mean of several state dicts of the same model (floating
+    tensors are averaged in float32 and cast back; integer buffers are taken from the last)."""
+    if not states:
+        raise ValueError("nothing to average: pass at least one state dict")
+    keys = states[-1].keys()
+    for i, state in enumerate(states):
+        if state.keys() != keys:
+            raise ValueError(f"state dict {i} has other keys than the last one: not one model")
+    out = {}
+    for k in keys:
+        last = states[-1][k]
+        if last.is_floating_point():
+            out[k] = (sum(s[k].float() for s in states) / len(states)).to(last.dtype)
+        else:
+            out[k] = last.clone()
+    return out
 
-    It uses ``fcntl.flock`` (Linux, macOS) or ``msvcrt.locking`` (Windows). The OS releases
-    the lock when the process ends in any way, ``kill -9`` included, so a stale lock file
-    never blocks a later run. (On network file systems, ``flock`` may only see processes of
-    the same machine.)
 
-    Raises:
-        DirectoryLockedError: from :meth:`acquire`, when another process holds the lock.
+class EpochWeights:
+    """The weights at the end of the last ``keep`` epochs, as ``(epoch, CPU state dict)`` pairs
+    (iterate over it, or take :func:`len`), to average (Sec. 6.1).
+
+    With a ``folder``, each is also written there as ``weights_epochNNNN.pt`` and older files
+    are deleted (``write=False``: only read, as the processes other than rank 0 do).
     """
 
-    def __init__(self, folder: str | os.PathLike):
-        self.path = Path(folder) / ".lock"
-        self._fd: int | None = None
+    def __init__(self, keep: int, folder: str | os.PathLike | None = None, *, write: bool = True):
+        if keep < 1:
+            raise ValueError(f"average_last must be >= 1, got {keep}")
+        self.kept: deque[tuple[int, dict]] = deque(maxlen=keep)
+        self.folder, self.write = None if folder is None else Path(folder), write
 
-    def acquire(self) -> DirectoryLock:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
-        try:
-            _lock(fd)
-        except OSError:
-            holder = ""
-            with contextlib.suppress(OSError), open(self.path) as f:
-                holder = f.read().strip()
-            os.close(fd)
-            raise DirectoryLockedError(
-                f"{self.path.parent} is in use by another training run"
-                f"{f' ({holder})' if holder else ''}; wait for it to finish, stop it, or choose "
-                "another --checkpoint-dir"
-            ) from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"pid {os.getpid()} on {socket.gethostname()} since "
-                     f"{time.strftime('%Y-%m-%d %H:%M:%S')}".encode())
-        self._fd = fd
-        return self
+    def __iter__(self) -> Iterator[tuple[int, dict]]:
+        return iter(self.kept)
 
-    def release(self) -> None:
-        if self._fd is not None:
-            with contextlib.suppress(OSError):
-                os.ftruncate(self._fd, 0)
-            os.close(self._fd)  # closing releases the lock
-            self._fd = None
+    def __len__(self) -> int:
+        return len(self.kept)
 
-    def __enter__(self) -> DirectoryLock:
-        return self.acquire()
+    def add(self, epoch: int, model: torch.nn.Module) -> None:
+        """Keep ``model``'s weights at the end of ``epoch`` (a copy on the CPU)."""
+        state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+        self.kept.append((epoch, state))
+        if self.folder is not None and self.write:
+            atomic_torch_save(state, self.folder / f"weights_epoch{epoch:04d}.pt")
+            names = {f"weights_epoch{e:04d}.pt" for e, _ in self.kept}
+            for old in self.folder.glob("weights_epoch*.pt"):
+                if old.name not in names:
+                    old.unlink()
 
-    def __exit__(self, *exc) -> None:
-        self.release()
+    def load(self, up_to_epoch: int) -> None:
+        """Read the kept weights back from the folder (a resumed run): those of epochs up to
+        ``up_to_epoch`` (files from a longer, abandoned run do not count)."""
+        self.kept.clear()
+        if self.folder is None or self.kept.maxlen == 1:  # keeping 1: nothing to average
+            return
+        for f in sorted(self.folder.glob("weights_epoch*.pt")):
+            epoch = int(f.stem.removeprefix("weights_epoch"))
+            if epoch <= up_to_epoch:
+                self.kept.append((epoch, safe_torch_load(f, map_location="cpu")))
 
+    def average(self) -> dict:
+        """The mean of the kept weights (:func:`average_state_dicts`).
 
-def _lock(fd: int) -> None:
-    try:
-        import fcntl
-    except ImportError:  # Windows
-        import msvcrt
-
-        os.lseek(fd, 0, os.SEEK_SET)
-        msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
-    else:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        Raises:
+            ValueError: nothing was kept (``average_last`` is 1, or no epoch has ended).
+        """
+        if not self.kept:
+            raise ValueError("no epoch weights kept: set TrainConfig(average_last=n) with n > 1 "
+                             "and train at least one whole epoch")
+        return average_state_dicts([state for _, state in self.kept])

@@ -1,13 +1,16 @@
-"""Sec. 3 and Table 3: every hyperparameter of the model in one frozen dataclass.
+"""Sec. 3 and Table 3: every hyperparameter of the model in one frozen dataclass; and Sec. 5:
+the settings of a training run in another.
 
-The defaults are the paper's base model (Table 3, "base"); named presets give the big model and
-two small ones for CPU runs. Any departure from the paper is a flag whose default is the paper's
-choice.
+The defaults of :class:`TransformerConfig` are the paper's base model (Table 3, "base"); named
+presets give the big model and two small ones for CPU runs. Any departure from the paper is a
+flag whose default is the paper's choice. :class:`TrainConfig` does the same for training
+(batches, schedule, label smoothing, checkpoints), and its fields carry the help text and the
+valid values from which the command line builds its ``train`` flags.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 
 
 @dataclass(frozen=True)
@@ -143,3 +146,127 @@ class TransformerConfig:
         """Not in the paper: for tests and toy tasks such as copying a sequence."""
         defaults = {"d_model": 64, "num_heads": 4, "num_layers": 2, "d_ff": 128, "dropout": 0.0}
         return cls(**{**defaults, **overrides})
+
+
+# --------------------------------------------------------------------------- training
+
+#: The learning-rate schedules (:mod:`transformer_book.schedule`): Eq. (3), or its warm-up
+#: followed by a linear decay to zero when the run ends.
+SCHEDULES = ("noam", "linear")
+
+
+def _setting(default, help: str, *, flag: bool = False, valid=None, resume: bool = False,
+             metavar: str | None = None):
+    """A :class:`TrainConfig` field: its default and what the command line needs to know.
+
+    Args:
+        help: what the setting does (the command line's help text).
+        flag: ``python -m transformer_book train`` takes it as ``--NAME`` (``--max-tokens``).
+        valid: the values accepted, an interval such as ``"[1, inf)"`` or a tuple of choices.
+        resume: ``train --resume`` may change it (how long to train, how often to save, where
+            to run); every other setting comes from the run's checkpoint.
+        metavar: the value's name in the help (e.g. ``SECONDS``).
+    """
+    return field(default=default, metadata={"help": help, "flag": flag, "valid": valid,
+                                            "resume": resume, "metavar": metavar})
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Sec. 5: the settings of a training run (the model's own live in :class:`TransformerConfig`).
+
+    Each field's metadata holds its help text, its valid values, whether the command line has a
+    flag for it and whether ``--resume`` may change it (see :func:`_setting`);
+    :mod:`transformer_book.cli` builds the ``train`` flags from them.
+    """
+
+    max_tokens: int = _setting(
+        4096, "padded tokens per batch (the paper: ~25k source + 25k target tokens, Sec. 5.1)",
+        flag=True, valid="[1, inf)")
+    accumulate: int = _setting(
+        1, "batches per optimiser step and process, gradients accumulated (weighted by target "
+        "tokens); under torchrun a step takes nproc * ACCUMULATE batches, so e.g. 2 on one "
+        "process matches 2 processes of 1", flag=True, valid="[1, inf)", resume=True)
+    epochs: int = _setting(
+        10, "passes over the training data (fewer if max_steps or time_budget ends the run first)",
+        flag=True, valid="[1, inf)", resume=True)
+    max_steps: int | None = _setting(
+        None, "optimiser steps in total (None: no limit)", flag=True, valid="[1, inf)",
+        resume=True)
+    warmup_steps: int = _setting(
+        4000, "steps of the learning rate's linear warm-up, Eq. (3), Sec. 5.3", flag=True,
+        valid="[1, inf)")
+    lr_factor: float = _setting(
+        1.0, "multiplier on the learning rate of Eq. (3) (1.0 = the paper)", flag=True,
+        valid="(0, inf)")
+    schedule: str = _setting(
+        "noam", "the learning rate: Eq. (3) ('noam'), or its warm-up and peak, then a linear "
+        "decay to 0 when the run ends ('linear': after epochs, max_steps or time_budget, "
+        "whichever comes first)", flag=True, valid=SCHEDULES)
+    time_budget: float | None = _setting(
+        None, "seconds of training, validation included (None: no limit)", flag=True,
+        valid="(0, inf)", resume=True, metavar="SECONDS")
+    label_smoothing: float = _setting(
+        0.1, "eps_ls of the label-smoothed loss, Sec. 5.4 (0: plain cross-entropy)", flag=True,
+        valid="[0, 1)")
+    clip_grad_norm: float | None = _setting(
+        None, "clip the gradients to this norm (None: no clipping, as in the paper)", flag=True,
+        valid="(0, inf)")
+    eval_every: int | None = _setting(
+        None, "validation every n steps (None: at the end of each epoch)", valid="[1, inf)")
+    checkpoint_every: int = _setting(
+        500, "steps between checkpoints (and one at each epoch end)", flag=True,
+        valid="[1, inf)", resume=True)
+    checkpoint_dir: str | None = _setting(
+        None, "the folder of last.pt and metrics.jsonl (None: no checkpoints)", resume=True)
+    seed: int = _setting(
+        0, "seeds the batch order (seed + epoch) and the model's dropout", flag=True,
+        valid="[0, inf)")
+    device: str | None = _setting(
+        None, "cpu, cuda, cuda:1, mps ... (None: transformer_book.get_device(), CUDA when "
+        "available)", resume=True)
+    amp: bool = _setting(
+        True, "mixed precision on CUDA: bf16 autocast, or fp16 autocast with loss scaling on "
+        "GPUs without bf16 units (no effect elsewhere)")
+    cpu_amp: bool | None = _setting(
+        False, "bf16 autocast on the CPU, attention through PyTorch's plain kernel (the weights "
+        "and Adam's moments stay float32); None: where the CPU has bf16 instructions "
+        "(AVX512_BF16 or AMX), elsewhere bf16 is slower than float32", flag=True)
+    progress: bool = _setting(True, "a tqdm progress bar", resume=True)
+    log_epochs: bool = _setting(False, "print one summary line per epoch (for notebooks: no bar)")
+    average_last: int = _setting(
+        1, "Sec. 6.1: keep the weights of the last n epochs to average (1: off)",
+        valid="[1, inf)")
+    # Speed (chapter 10). None = automatic: on for CUDA, off elsewhere. None of these changes
+    # what is computed; the CPU default is the plain loop.
+    sync_every: int | None = _setting(
+        None, "read the losses back to the host every n steps (None: 50 on CUDA, else 1)",
+        valid="[1, inf)")
+    fused_adam: bool | None = _setting(None, "Adam's fused kernels (None: on CUDA)")
+    prefetch: bool | None = _setting(
+        None, "check the ids on the host, pin the batches and copy them ahead (None: on CUDA)")
+    compile: bool = _setting(False, "torch.compile(fullgraph=True) of forward + loss")
+    compile_mode: str | None = _setting(
+        None, "torch.compile's mode ('reduce-overhead': CUDA graphs)")
+
+    #: The fields :meth:`cpu` sets: what ``--preset cpu`` changes in a command's defaults.
+    RECIPE_FIELDS = ("epochs", "max_tokens", "warmup_steps", "lr_factor", "schedule", "time_budget",
+                     "cpu_amp")
+
+    @classmethod
+    def cpu(cls, **overrides) -> TrainConfig:
+        """Not in the paper: the CPU reader's recipe, 20 minutes of training on 2 cores.
+
+        Pair it with ``TransformerConfig.cpu()``; chapter 8 tabulates the runs that chose it.
+        Batches of at most 1,500 padded tokens (more, smaller steps), a 200-step warm-up
+        towards the rate of Eq. (3) at 0.45 times its size (2.0e-3 for d_model 256) multiplied
+        by (1 - progress), then a linear decay that reaches 0 when the time budget of 1,150 s
+        (validation included) runs out; since progress has advanced during the warm-up, the
+        rate reached is lower (about 1.75e-3 on a 2-core AMD EPYC). ``epochs`` is only an upper
+        bound: on that machine the budget stopped the run in its fifth epoch. Where the CPU has
+        bf16 instructions (``cpu_amp=None``: AVX512_BF16 or AMX), the forward pass runs in bf16
+        autocast, about 1.5 times the float32 throughput on that machine (chapter 10).
+        """
+        return cls(**{"max_tokens": 1500, "warmup_steps": 200, "lr_factor": 0.45,
+                      "schedule": "linear", "time_budget": 1150.0, "epochs": 30,
+                      "cpu_amp": None, **overrides})

@@ -16,7 +16,7 @@ is read. Downloads go through :func:`pooch.retrieve`, which streams into a tempo
 the cache folder, checks the hash, and only then moves the file into place; an interrupted or
 corrupted download therefore never leaves a file that looks complete.
 
-Lines are kept *raw*: only the ``"\\n"`` that ends each line is removed. The data has a few
+Lines are kept *raw*: only the line end (``"\\n"``) is removed. The data has a few
 quirks (trailing spaces, double spaces, one TAB, no-break spaces, ``&amp;`` entities; see
 ``shared/data/multi30k/README.md``). We keep them on purpose: the references that BLEU scores
 against must be the unmodified files, and the tokenizer normalises whitespace on its own
@@ -32,6 +32,8 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from transformer_book.files import utf8_lines
 
 #: Pinned commit of https://github.com/multi30k/dataset; the raw files have not changed since 2020.
 MULTI30K_COMMIT = "a3d2e0d26b56f3846f66a952536ffed4e401d05a"
@@ -93,6 +95,12 @@ class Multi30kMissingError(Multi30kError, FileNotFoundError):
 
 class Multi30kChecksumError(Multi30kError, ValueError):
     """A file's SHA-256 differs from the pinned one (corrupted, truncated or a different version)."""
+
+
+class CorpusError(ValueError):
+    """A corpus other than Multi30k cannot be used: a parallel text file is missing, unreadable,
+    not UTF-8, empty or of the wrong length, or a dataset cannot be read (see
+    :mod:`transformer_book.corpus`, :mod:`transformer_book.hf_dataset`)."""
 
 
 @dataclass(frozen=True)
@@ -280,14 +288,10 @@ def multi30k_file(
 
 
 def read_lines(path: str | os.PathLike) -> list[str]:
-    """The lines of a gzipped UTF-8 text file, each without its final ``"\\n"`` (nothing else
-    is stripped: trailing spaces, tabs and no-break spaces are kept)."""
-    with gzip.open(path, "rt", encoding="utf-8", newline="") as f:
-        text = f.read()
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()  # the file ends with "\n": no empty last line
-    return lines
+    """The lines of a gzipped UTF-8 text file, each without its line end (nothing else is
+    stripped: trailing spaces, tabs and no-break spaces are kept)."""
+    with gzip.open(path, "rb") as f:
+        return list(utf8_lines(f))
 
 
 def load_multi30k(

@@ -11,7 +11,7 @@ and sets ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK`` (and the rendezvous address) i
 environment; :func:`init` reads them and joins the process group (NCCL between GPUs, gloo on
 the CPU); DDP does the averaging.
 
-How a step's batches are shared (:func:`shard_steps`): a step consumes ``world_size *
+How a step's batches are shared (:func:`shard_steps`, :func:`plan_steps`): a step consumes ``world_size *
 accumulate`` consecutive batches of the epoch's batch order, which is seeded and therefore the
 same on every rank; rank ``r`` takes the batches at positions ``r, r + world_size, ...`` of that
 group. So the shards never overlap, together they cover the epoch, and the position in the data
@@ -24,6 +24,11 @@ sum_{b in r} n_b * mean_b / N; DDP *averages* gradients over the W ranks, i.e. d
 by W, so each rank scales its loss by W as well (:func:`token_shares`). Every rank knows the
 token count of every batch (from the shared batch order, on the host), so N needs no
 communication.
+
+What else the ranks must agree on: when to stop (each reads its own clock and signals, but all
+must take the same steps with the same learning rates: :meth:`Context.agree`), and their dropout
+masks must differ (:func:`rank_seed`). Validation is shared too: each rank evaluates every
+``world_size``-th batch (:func:`eval_positions`) and the sums are added up.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+from torch import nn
 
 
 @dataclass(frozen=True)
@@ -93,6 +99,12 @@ class Context:
     def barrier(self) -> None:
         if self.enabled:
             dist.barrier(group=_control_group())
+
+    def agree(self, stop: bool, seconds: float) -> tuple[bool, float]:
+        """Whether any rank asks to stop, and the slowest rank's seconds of training: what every
+        rank then reads alike, for the time budget and the linear schedule."""
+        stop, seconds = self.max(stop, seconds)
+        return bool(stop), seconds
 
 
 def _backend_takes(tensor: torch.Tensor) -> bool:
@@ -174,6 +186,28 @@ def init(ctx: Context, device: str | torch.device) -> None:
                             rank=ctx.rank, world_size=ctx.world_size)
 
 
+def data_parallel(model: nn.Module, ctx: Context, device: torch.device) -> nn.Module:
+    """The module a training step runs: ``model`` itself for one process, else ``model`` in
+    ``DistributedDataParallel``, which averages the replicas' gradients at each backward pass
+    (the last one of a step)."""
+    if not ctx.enabled:
+        return model
+    from torch.nn.parallel import DistributedDataParallel
+
+    return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda"
+                                   else None)
+
+
+RANK_SEED = 1_000_003  # rank r seeds its dropout with seed + r * this (a prime, far from seeds)
+
+
+def rank_seed(seed: int, rank: int, step: int = 0) -> int:
+    """The seed of rank ``rank``'s dropout: every rank draws its own masks (the same seed on
+    every rank would give batches of one shape the same masks). After a resume at ``step``,
+    ranks other than 0 draw anew (the checkpoint holds rank 0's generator)."""
+    return seed + RANK_SEED * rank + step
+
+
 def shutdown() -> None:
     """Leave the process group (if any)."""
     global _CONTROL
@@ -220,3 +254,42 @@ def token_shares(tokens: Sequence[int], group_tokens: int, world_size: int) -> l
     if group_tokens <= 0:
         raise ValueError(f"a step needs target tokens, got {group_tokens}")
     return [n * world_size / group_tokens for n in tokens]
+
+
+@dataclass(frozen=True)
+class PlannedStep:
+    """One optimiser step of an epoch, as this rank takes part in it."""
+
+    group: range  # the consecutive batch positions the step consumes, over all ranks
+    positions: list[int]  # this rank's batches among them
+    shares: list[float]  # the loss multiplier of each (token_shares)
+    tokens: int  # target tokens of the whole group
+
+
+def plan_steps(target_tokens: Sequence[int], start: int, accumulate: int,
+               ctx: Context) -> list[PlannedStep]:
+    """The steps of the rest of an epoch, from batch ``start`` on (:func:`shard_steps`), with the
+    loss shares of this rank's batches (:func:`token_shares`).
+
+    Args:
+        target_tokens: the target tokens of every batch of the epoch, in order.
+        accumulate: batches per step and rank.
+
+    A rank left without a batch by a short last group trains on the group's first batch with
+    share 0: it must still take part in DDP's all-reduce.
+    """
+    plan = []
+    for group, mine in shard_steps(len(target_tokens), start, ctx.world_size * accumulate, ctx):
+        tokens = sum(target_tokens[p] for p in group)  # over all ranks, on the host
+        if mine:
+            shares = token_shares([target_tokens[p] for p in mine], tokens, ctx.world_size)
+        else:
+            mine, shares = [group[0]], [0.0]
+        plan.append(PlannedStep(group, mine, shares, tokens))
+    return plan
+
+
+def eval_positions(num_batches: int, ctx: Context) -> range | None:
+    """The batches this rank evaluates: every ``world_size``-th from ``rank`` (None: all, for a
+    single process)."""
+    return range(ctx.rank, num_batches, ctx.world_size) if ctx.enabled else None

@@ -1,18 +1,49 @@
-"""Evaluation (Sec. 6.1 of the paper): translating raw sentences and scoring them with BLEU.
+"""Evaluation (Sec. 6.1 of the paper): translating raw sentences and scoring them with BLEU;
+and the validation loss a training run reports.
 
 - :func:`translate`: tokenise, batch by length, greedy or beam search (beam 4, length penalty
   alpha = 0.6 in the paper), detokenise.
 - :func:`corpus_bleu`: sacreBLEU's corpus BLEU, with the signature that says how it was computed.
+- :func:`mean_loss`: cross-entropy per target token over a set of batches (validation).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import torch
 from torch import Tensor, nn
 
-from transformer_book.batching import BatchedCorpus, collate
+from transformer_book.batching import Batch, BatchedCorpus, collate
+from transformer_book.loss import label_smoothing_loss
+from transformer_book.step import autocast
+
+
+@torch.no_grad()
+def mean_loss(model: nn.Module, batches: Iterable[tuple[Batch, Batch]], *, pad_id: int | None,
+              amp_dtype: torch.dtype | None = None, ranks=None) -> float:
+    """Mean cross-entropy (no label smoothing, nats per target token) of ``model`` over
+    ``(host batch, device batch)`` pairs (e.g. from :func:`~transformer_book.batching.device_batches`).
+
+    The sum stays on the device (in float64, as a Python float would hold it; float32 on MPS)
+    and the target tokens are counted on the host copies: one read at the end. ``ranks``: a
+    :class:`~transformer_book.distributed.Context` whose ranks each evaluated a share of the
+    batches; their sums are added up, so every rank returns the same number (every rank must
+    call it).
+    """
+    device = next(model.parameters()).device
+    model.eval()
+    wide = torch.float32 if device.type == "mps" else torch.float64
+    total, count = torch.zeros((), dtype=wide, device=device), 0
+    for host, batch in batches:
+        with autocast(device.type, amp_dtype):
+            logits = model(batch.src, batch.tgt_in)
+        total += label_smoothing_loss(logits, batch.tgt_out, 0.0, pad_id, "sum").to(wide)
+        count += host.num_tgt_tokens  # counted on the host copy: no sync
+    if ranks is not None and ranks.enabled:
+        total, count = ranks.sum(torch.stack([total, torch.tensor(
+            float(count), dtype=wide, device=device)])).tolist()
+    return float(total) / count
 
 
 def source_token_limit(model: nn.Module, max_tokens: int) -> int:

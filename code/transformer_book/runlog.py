@@ -1,5 +1,6 @@
-"""Run records: every training run appends what it measures to ``metrics.jsonl`` beside its
-checkpoints, one JSON object a line, and :func:`plot_run` draws the curves chapter 8 draws.
+"""Run records: every training run keeps what it measures in its history and appends it to
+``metrics.jsonl`` beside its checkpoints, one JSON object a line (:class:`RunLog`), and
+:func:`plot_run` draws the curves chapter 8 draws.
 
 A line holds ``step`` and one or more of: ``loss`` (label-smoothed training loss per target
 token) with ``lr``, ``val_loss`` (plain cross-entropy per target token) with ``epoch``,
@@ -11,10 +12,15 @@ after its last checkpoint; readers keep the last line for each step and quantity
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 
-__all__ = ["METRICS_FILE", "append_metrics", "plot_run", "read_metrics"]
+import torch
+
+from transformer_book.files import utf8_lines
+
+__all__ = ["METRICS_FILE", "RunLog", "append_metrics", "plot_run", "read_metrics"]
 
 METRICS_FILE = "metrics.jsonl"
 
@@ -30,6 +36,77 @@ def append_metrics(path: str | os.PathLike, records: list[dict]) -> None:
         f.write(lines)
 
 
+class RunLog:
+    """What a training run measures, as it goes: (step, value) pairs in the run's
+    :class:`~transformer_book.run_state.History`, and the same as lines of ``metrics.jsonl``.
+
+    The training loss of each step stays on the device until :meth:`read_losses` reads the
+    losses of several steps in one transfer (on a GPU every read makes the host wait for the
+    device; chapter 10).
+
+    Args:
+        run: the run's :class:`~transformer_book.run_state.RunState` (its history is read
+            anew each time: a resume replaces it).
+        folder: where ``metrics.jsonl`` goes, or None (no file: no checkpoint folder, or a
+            process other than rank 0).
+        ranks: a :class:`~transformer_book.distributed.Context`: over several processes, the
+            losses read are the sums of the ranks' parts.
+    """
+
+    def __init__(self, run, folder: str | os.PathLike | None, ranks):
+        self.run, self.ranks = run, ranks
+        self.path = None if folder is None else Path(folder) / METRICS_FILE
+        self._pending: list[tuple[int, torch.Tensor]] = []  # (step, loss on the device)
+
+    def write(self, records: list[dict]) -> None:
+        if self.path is not None:
+            append_metrics(self.path, records)
+
+    def step(self, step: int, loss: torch.Tensor, lr: float) -> None:
+        """Step ``step`` trained with learning rate ``lr``; its loss is read later."""
+        self._pending.append((step, loss))
+        self.run.history.lr.append((step, lr))
+
+    @property
+    def unread(self) -> int:
+        """Steps whose loss has not been read yet."""
+        return len(self._pending)
+
+    def read_losses(self) -> list[float]:
+        """Read the losses of the unread steps, in one transfer, into the history and the file.
+
+        Raises:
+            FloatingPointError: a loss is not finite (the run diverged).
+        """
+        pending, history, self._pending = self._pending, self.run.history, []
+        if not pending:
+            return []
+        values = self.ranks.sum(torch.stack([loss for _, loss in pending])).tolist()
+        lrs = dict(history.lr[-len(pending):])  # appended once per step, in step order
+        for (step, _), value in zip(pending, values, strict=True):
+            if not math.isfinite(value):
+                raise FloatingPointError(
+                    f"training loss is {value} at step {step}: the run diverged. Lower the "
+                    "learning rate (lr_factor), lengthen the warm-up or clip gradients "
+                    "(clip_grad_norm), then resume from the last checkpoint.")
+            history.train_loss.append((step, value))
+        self.write([{"step": step, "loss": value, "lr": lrs.get(step)}
+                    for (step, _), value in zip(pending, values, strict=True)])
+        return values
+
+    def drop_unread(self) -> None:
+        """Forget the losses not read yet (those of a loop that was interrupted)."""
+        self._pending = []
+
+    def validation(self, step: int, epoch: int, loss: float) -> None:
+        self.run.history.val_loss.append((step, loss))
+        self.write([{"step": step, "epoch": epoch, "val_loss": loss}])
+
+    def throughput(self, step: int, epoch: int, tokens_per_second: float) -> None:
+        self.run.history.tokens_per_second.append((step, tokens_per_second))
+        self.write([{"step": step, "epoch": epoch, "tokens_per_second": tokens_per_second}])
+
+
 def read_metrics(path: str | os.PathLike) -> dict[str, list[tuple[int, float]]]:
     """{quantity: [(step, value), ...]} sorted by step; for a step logged twice (a resumed run)
     the later line wins. A truncated last line (a run killed mid-write) is skipped."""
@@ -37,11 +114,12 @@ def read_metrics(path: str | os.PathLike) -> dict[str, list[tuple[int, float]]]:
     if path.is_dir():
         path = path / METRICS_FILE
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such file; a training run with --checkpoint-dir "
-                                f"writes {METRICS_FILE} there")
+        raise FileNotFoundError(f"{path}: no such file; a training run writes {METRICS_FILE} "
+                                "into its checkpoint folder")
     series: dict[str, dict[int, float]] = {}
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, start=1):
+    with open(path, "rb") as f:
+        # a line torn mid-character by a killed run is skipped below, as any torn line
+        for number, line in enumerate(utf8_lines(f, errors="replace"), start=1):
             try:
                 record = json.loads(line)
             except json.JSONDecodeError:

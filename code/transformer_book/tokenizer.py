@@ -36,6 +36,8 @@ from pathlib import Path
 import tokenizers
 from tokenizers import Regex, decoders, models, normalizers, pre_tokenizers, trainers
 
+from transformer_book.files import atomic_write
+
 SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>", "<unk>")
 PAD, BOS, EOS, UNK = SPECIAL_TOKENS
 #: Bump when the pipeline below changes, so cached vocabularies are retrained.
@@ -158,8 +160,10 @@ class SubwordTokenizer:
         return self.backend.to_str()
 
     def save(self, path: str | os.PathLike) -> None:
-        """Write the tokenizer as JSON, atomically (temp file in the same folder + os.replace)."""
-        _atomic_write_text(Path(path), self.to_str())
+        """Write the tokenizer as JSON, atomically (:func:`~transformer_book.files.atomic_write`:
+        a crash mid-write never leaves a truncated file in the cache)."""
+        with atomic_write(path) as f:
+            f.write(self.to_str().encode("utf-8"))
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> SubwordTokenizer:
@@ -170,25 +174,6 @@ class SubwordTokenizer:
     def from_str(cls, text: str) -> SubwordTokenizer:
         """Rebuild a tokenizer from :meth:`to_str` (e.g. stored in a checkpoint)."""
         return cls(tokenizers.Tokenizer.from_str(text))
-
-
-def _atomic_write_text(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # Created with mode 0o666 minus the umask, like any file the user creates (mkstemp would make
-    # it 0o600: others on a shared machine could not read a cached tokenizer).
-    # (the same scheme as checkpoint.atomic_torch_save: a name unique to this process and call)
-    tmp = str(path.parent / f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
 
 
 def cache_key(texts: Iterable[str], vocab_size: int, min_frequency: int) -> str:

@@ -18,7 +18,7 @@ CUDA graphs               ``mode="reduce-overhead"``: the step's kernels replaye
 larger batch              four times the sentences per step
 ========================  ============================================================================
 
-Every step is :class:`transformer_book.train.TrainStep`, the step :class:`~transformer_book.train.Trainer`
+Every step is :class:`transformer_book.step.TrainStep`, the step :class:`~transformer_book.trainer.Trainer`
 runs, with the paper's Adam and schedule and label smoothing 0.1; the batches are synthetic
 (fixed shapes, no padding: speed depends on shapes, not on which ids the tokens are).
 """
@@ -84,7 +84,8 @@ def make_runner(model: nn.Module, rung: Rung, host_batches: Sequence[Batch], *,
     says (a plain copy, or pinned and ahead), and the loss is read back every step or every
     ``read_every`` steps.
     """
-    from transformer_book.train import TrainStep, make_optimizer
+    from transformer_book.schedule import make_optimizer
+    from transformer_book.step import TrainStep
 
     cfg = model.config
     cuda = device.type == "cuda"

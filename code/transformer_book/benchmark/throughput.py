@@ -1,5 +1,6 @@
 """Training throughput: our Transformer against ``torch.nn.Transformer`` doing the same work
-(forward, label-smoothed loss, backward, Adam), with the model FLOPs of a step."""
+(one :class:`~transformer_book.step.TrainStep`: forward, label-smoothed loss, backward, Adam),
+with the model FLOPs of a step."""
 
 from __future__ import annotations
 
@@ -8,11 +9,13 @@ import time
 from collections.abc import Callable
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
+from transformer_book.batching import Batch
 from transformer_book.benchmark.memory import _quiet_stderr
 from transformer_book.benchmark.timing import sync
+from transformer_book.loss import label_smoothing_loss
+from transformer_book.step import TrainStep, autocast
 
 # ---------------------------------------------------------------------------------------------
 # Training throughput: our Transformer against torch.nn.Transformer doing the same work
@@ -143,21 +146,12 @@ def synthetic_batch(
 def _train_step_fn(model: nn.Module, src: Tensor, tgt_in: Tensor, tgt_out: Tensor, *,
                    pad_id: int, amp_dtype: torch.dtype | None, lr: float = 1e-4
                    ) -> Callable[[], Tensor]:
-    """One optimiser step of Sec. 5: forward, label-smoothed loss, backward, Adam."""
-    device_type = src.device.type
+    """One optimiser step of Sec. 5 on a fixed batch (:class:`~transformer_book.step.TrainStep`:
+    forward, label-smoothed loss, backward, Adam at a constant rate ``lr``)."""
     optimizer = torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.98), eps=1e-9)
-
-    def step() -> Tensor:
-        with torch.autocast(device_type, dtype=amp_dtype, enabled=amp_dtype is not None):
-            logits = model(src, tgt_in)  # (B, T, V)
-            loss = F.cross_entropy(logits.flatten(0, 1).float(), tgt_out.flatten(),
-                                   ignore_index=pad_id, label_smoothing=0.1)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        return loss.detach()
-
-    return step
+    step = TrainStep(model, optimizer, label_smoothing=0.1, pad_id=pad_id, amp_dtype=amp_dtype)
+    batch = Batch(src, tgt_in, tgt_out, pad_id)
+    return lambda: step(batch)
 
 
 def count_train_flops(model: nn.Module, src: Tensor, tgt_in: Tensor, tgt_out: Tensor,
@@ -174,12 +168,10 @@ def count_train_flops(model: nn.Module, src: Tensor, tgt_in: Tensor, tgt_out: Te
     from torch.utils.flop_counter import FlopCounterMode
 
     counter = FlopCounterMode(display=False)
-    with counter, sdpa_kernel(SDPBackend.MATH), torch.autocast(
-            src.device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
-        logits = model(src, tgt_in)
-        loss = F.cross_entropy(logits.flatten(0, 1).float(), tgt_out.flatten(),
-                               ignore_index=pad_id, label_smoothing=0.1)
-        loss.backward()
+    with counter, sdpa_kernel(SDPBackend.MATH):
+        with autocast(src.device.type, amp_dtype):
+            logits = model(src, tgt_in)
+        label_smoothing_loss(logits, tgt_out, 0.1, pad_id).backward()
     model.zero_grad(set_to_none=True)
     return int(counter.get_total_flops())
 

@@ -1,0 +1,90 @@
+"""Sec. 5.3: the optimiser and the learning-rate schedule.
+
+Adam with beta1 = 0.9, beta2 = 0.98, eps = 1e-9, and a learning rate that grows linearly for
+``warmup_steps`` steps and then decays as the inverse square root of the step, Eq. (3):
+:func:`noam_lr`, :func:`make_optimizer`. Not in the paper: :func:`linear_lr`, the same warm-up
+and peak followed by a linear decay to zero when the run ends, for short time budgets.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from transformer_book.config import SCHEDULES
+
+__all__ = ["SCHEDULES", "linear_lr", "make_optimizer", "noam_lr"]
+
+
+def noam_lr(step: int, d_model: int, warmup_steps: int = 4000, factor: float = 1.0) -> float:
+    """Eq. (3), Sec. 5.3: lrate = d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5).
+
+    The rate rises linearly for the first ``warmup_steps`` steps, peaks at step ``warmup_steps``
+    with d_model^-0.5 * warmup_steps^-0.5 (7.0e-4 for d_model = 512, warmup 4000), then decays
+    as step^-0.5.
+
+    Args:
+        step: the optimiser step, counted from 1.
+        d_model: model width (512 in the base model).
+        warmup_steps: 4000 in the paper.
+        factor: multiplier on the whole curve (1.0 = the paper).
+    """
+    if step < 1:
+        raise ValueError(f"step counts from 1, got {step}")
+    if warmup_steps < 1:
+        raise ValueError(f"warmup_steps must be >= 1, got {warmup_steps}")
+    return factor * d_model**-0.5 * min(step**-0.5, step * warmup_steps**-1.5)
+
+
+def linear_lr(step: int, d_model: int, warmup_steps: int, factor: float = 1.0,
+              progress: float = 0.0) -> float:
+    """Not in the paper: linear warm-up to the peak of Eq. (3), times a linear decay to zero.
+
+    lrate = factor * d_model^-0.5 * warmup_steps^-0.5 * min(step / warmup_steps, 1) * (1 - progress)
+
+    ``progress`` is the fraction of the run already done (0 at the start, 1 at the end), so the
+    rate reaches 0 exactly when the run ends, however long it is. The factor applies from the
+    first step, so the peak is reached only if no progress has been made by the end of the
+    warm-up; in practice the highest rate is peak * (1 - progress at step warmup_steps). Li et
+    al. (2020, "Budgeted training") found a decay to zero better than Eq. (3)'s inverse square
+    root for short budgets; in chapter 8's CPU runs the two were within the seeds' spread.
+    """
+    if step < 1:
+        raise ValueError(f"step counts from 1, got {step}")
+    if warmup_steps < 1:
+        raise ValueError(f"warmup_steps must be >= 1, got {warmup_steps}")
+    peak = factor * d_model**-0.5 * warmup_steps**-0.5  # the peak of noam_lr
+    return peak * min(step / warmup_steps, 1.0) * max(0.0, 1.0 - progress)
+
+
+def make_optimizer(
+    model: nn.Module, d_model: int, warmup_steps: int = 4000, factor: float = 1.0,
+    *, fused: bool = False, schedule: str = "noam", progress=None,
+) -> tuple[torch.optim.Adam, torch.optim.lr_scheduler.LambdaLR]:
+    """Sec. 5.3: Adam(beta1=0.9, beta2=0.98, eps=1e-9) driven by :func:`noam_lr`.
+
+    The optimiser's base rate is 1.0 and ``LambdaLR`` multiplies it by ``noam_lr``. Call
+    ``scheduler.step()`` after every ``optimizer.step()``: the k-th update (k = 1, 2, ...)
+    then uses ``noam_lr(k)``. ``fused=True`` updates all parameters in a few fused kernels
+    (on CUDA the default is already the multi-tensor "foreach" path, which batches the
+    parameters into a few kernels per operation; the update is the same, up to rounding).
+    ``schedule="linear"`` uses :func:`linear_lr` instead, with ``progress(steps_done)`` (a
+    callable returning the fraction of the run done, e.g.
+    :meth:`transformer_book.budget.Budget.progress`) read at each step.
+
+    Returns:
+        ``(optimizer, scheduler)``.
+    """
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
+    if schedule == "linear" and progress is None:
+        raise ValueError("schedule='linear' needs progress=, a callable giving the run's progress")
+    optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9,
+                                 **({"fused": True} if fused else {}))
+    if schedule == "noam":
+        rate = lambda i: noam_lr(i + 1, d_model, warmup_steps, factor)  # noqa: E731
+    else:
+        # after i steps the run is progress(i) done; the (i + 1)-th step uses this rate
+        rate = lambda i: linear_lr(i + 1, d_model, warmup_steps, factor, progress(i))  # noqa: E731
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, rate)
+    return optimizer, scheduler

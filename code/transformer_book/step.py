@@ -1,0 +1,187 @@
+"""Sec. 5: one training step. Forward, the label-smoothed loss per target token (Sec. 5.4),
+backward, gradient clipping if asked for, Adam and the learning-rate schedule (Sec. 5.3).
+
+:class:`TrainStep` is that step. Called on one batch it runs the plain step, as chapter 8
+writes it. The speed features of chapter 10 are opt-in and change how the step runs, never
+what it computes: loss scaling for fp16, ``torch.compile`` of forward + loss and CUDA graphs
+(:meth:`TrainStep.accumulate` runs them), and several batches in one step (gradient
+accumulation, a process's share of a multi-process step). Mixed precision (autocast) applies
+to either path: :func:`autocast_dtype` picks bf16 or fp16 for a GPU, and bf16 on a CPU when
+asked (``TrainConfig.cpu_amp``); the weights and Adam's moments stay float32.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor, nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from transformer_book.loss import label_smoothing_loss
+
+
+def autocast(device_type: str, dtype: torch.dtype | None):
+    """``torch.autocast`` to ``dtype`` on ``device_type``; a no-op when ``dtype`` is None.
+
+    On a CPU, attention then runs through PyTorch's plain ("math") kernel of
+    ``scaled_dot_product_attention``, matrix products and a softmax: the fused CPU kernel's
+    backward pass is several times slower in bf16 than in float32 (measured on an AMD EPYC with
+    AVX512_BF16: about 5 times), which cancels most of what bf16 gains in the matrix products.
+    """
+    if dtype is None:
+        return contextlib.nullcontext()
+    if device_type != "cpu":
+        return torch.autocast(device_type, dtype=dtype)
+    both = contextlib.ExitStack()
+    both.enter_context(torch.autocast("cpu", dtype=dtype))
+    both.enter_context(sdpa_kernel(SDPBackend.MATH))
+    return both
+
+
+def native_cpu_bf16() -> bool:
+    """Whether this CPU has bf16 instructions (x86: AVX512_BF16 or AMX), where bf16 matrix
+    products run about twice as fast as float32 ones; elsewhere bf16 is converted in software
+    and slower than float32. False where PyTorch cannot tell (e.g. ARM)."""
+    checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    return any(getattr(torch.cpu, name, lambda: False)() for name in checks)
+
+
+def autocast_dtype(device: torch.device, *, cuda: bool = True,
+                   cpu: bool | None = False) -> torch.dtype | None:
+    """The autocast dtype for training on ``device``, or None for full precision.
+
+    On CUDA (if ``cuda``): bf16 on GPUs with bf16 units (Ampere and later), fp16 on older GPUs
+    such as Colab's T4 (which then need loss scaling). On the CPU: bf16 if ``cpu`` is True, or
+    if it is None and the CPU has bf16 instructions (:func:`native_cpu_bf16`). Elsewhere
+    (MPS): None.
+    """
+    if device.type == "cpu":
+        wanted = native_cpu_bf16() if cpu is None else cpu
+        return torch.bfloat16 if wanted else None
+    if device.type != "cuda" or not cuda:
+        return None
+    return torch.bfloat16 if _native_bf16(device) else torch.float16
+
+
+def _native_bf16(device: torch.device) -> bool:
+    """Whether the GPU has bf16 units: compute capability 8.0 (Ampere) or later; ROCm GPUs do.
+
+    Not ``torch.cuda.is_bf16_supported()``: it also answers True where bf16 is only emulated
+    (Colab's T4), and torch 2.3, the oldest release the book supports, has no
+    ``including_emulation=False`` to ask for native support only.
+    """
+    if torch.version.hip:
+        return True
+    return torch.cuda.get_device_capability(device)[0] >= 8
+
+
+class TrainStep:
+    """One optimiser step of Sec. 5: forward, label-smoothed loss, backward, (clipping,) Adam,
+    schedule.
+
+    ``step(batch)`` trains on one batch; with no speed feature on, that is the plain step of
+    :meth:`__call__`, the dozen lines chapter 8 writes. :meth:`accumulate` is the general
+    step: several batches, fp16 loss scaling, a compiled forward + loss, CUDA graphs, DDP; on
+    one batch without those it computes exactly what the plain step computes.
+
+    Either returns the loss as a tensor on the device, detached; reading it
+    (``float(loss)``) is left to the caller, who can do it every few steps: on a GPU each read
+    makes the host wait until every queued kernel has run, and the next step's kernels cannot
+    be queued meanwhile.
+
+    Args:
+        model: maps ``(src, tgt_in)`` to logits (B, T, V).
+        optimizer, scheduler: from :func:`~transformer_book.schedule.make_optimizer`.
+        label_smoothing, pad_id: of the loss (:func:`~transformer_book.loss.label_smoothing_loss`).
+        amp_dtype: autocast dtype of the forward pass (:func:`autocast_dtype`), or None for full
+            precision.
+        clip_grad_norm: max gradient norm, or None.
+        scaler: (speed) a ``torch.amp.GradScaler`` for fp16, or None.
+        compile: (speed) run forward + loss through ``torch.compile(fullgraph=True)`` (one
+            graph, no break; the backward pass is compiled with it).
+        compile_mode: (speed) ``torch.compile``'s mode (``"reduce-overhead"``: CUDA graphs).
+    """
+
+    def __init__(self, model: nn.Module, optimizer, scheduler=None, *, label_smoothing: float,
+                 pad_id: int | None, amp_dtype: torch.dtype | None = None, scaler=None,
+                 clip_grad_norm: float | None = None, compile: bool = False,
+                 compile_mode: str | None = None):
+        self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
+        self.label_smoothing, self.pad_id = label_smoothing, pad_id
+        self.amp_dtype, self.clip_grad_norm = amp_dtype, clip_grad_norm
+        self.scaler = scaler or torch.amp.GradScaler("cuda", enabled=False)  # fp16 only
+        self.cuda_graphs = compile and compile_mode in ("reduce-overhead", "max-autotune")
+        self.loss = (torch.compile(self._loss, fullgraph=True, mode=compile_mode) if compile
+                     else self._loss)
+
+    @property
+    def plain(self) -> bool:
+        """Whether no speed feature is on (no compiled loss, no loss scaling)."""
+        return self.loss == self._loss and not self.scaler.is_enabled()
+
+    def __call__(self, batch) -> Tensor:
+        """Train on ``batch`` (already on the model's device); returns its loss, detached."""
+        if not self.plain:
+            return self.accumulate([(batch, 1.0)])
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        with autocast(batch.src.device.type, self.amp_dtype):  # no-op in full precision
+            logits = self.model(batch.src, batch.tgt_in)  # (B, T, V)
+        loss = label_smoothing_loss(logits, batch.tgt_out, self.label_smoothing, self.pad_id)
+        loss.backward()
+        if self.clip_grad_norm is not None:
+            nn.utils.clip_grad_norm_(self.model.parameters(), self.clip_grad_norm)
+        self.optimizer.step()
+        if self.scheduler is not None:
+            self.scheduler.step()
+        return loss.detach()
+
+    # ------------------------------------------------------------------ the opt-in layer
+    def _loss(self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor) -> Tensor:
+        """Forward and loss as one function of tensors, the part ``torch.compile`` takes."""
+        with autocast(src.device.type, self.amp_dtype):
+            logits = self.model(src, tgt_in)  # (B, T, V)
+        return label_smoothing_loss(logits, tgt_out, self.label_smoothing, self.pad_id)
+
+    def accumulate(self, parts: Sequence[tuple], world_size: int = 1) -> Tensor:
+        """One optimiser step on several batches: gradient accumulation, and this process's
+        share of a multi-process step.
+
+        Args:
+            parts: ``(batch, share)`` pairs; the gradient is that of sum(share * loss(batch)).
+                With shares from :func:`~transformer_book.distributed.token_shares` that is
+                the mean loss per target token over all the step's batches (on all ranks).
+            world_size: processes taking part; with ``self.model`` a
+                ``DistributedDataParallel``, its gradients are averaged over them at the
+                backward pass of the last part (the others run under ``no_sync``).
+
+        Returns:
+            sum(share * loss) / world_size, detached: this process's part of the step's loss
+            (summed over processes, the step's mean loss per target token).
+        """
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        total = None
+        for i, (batch, share) in enumerate(parts):
+            if self.cuda_graphs:  # a new iteration: outputs of the previous replay may be reused
+                torch.compiler.cudagraph_mark_step_begin()
+            last = i == len(parts) - 1
+            no_sync = getattr(self.model, "no_sync", None)  # DDP: all-reduce at the last only
+            with (no_sync() if no_sync is not None and not last else contextlib.nullcontext()):
+                loss = self.loss(batch.src, batch.tgt_in, batch.tgt_out)
+                if share != 1.0:  # one batch on one process: exactly the plain loss
+                    loss = loss * share
+                self.scaler.scale(loss).backward()  # a no-op scaling unless fp16
+            part = loss.detach().clone() if self.cuda_graphs else loss.detach()
+            total = part if total is None else total + part
+        if self.clip_grad_norm is not None:
+            self.scaler.unscale_(self.optimizer)
+            nn.utils.clip_grad_norm_(self.model.parameters(), self.clip_grad_norm)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        if self.scheduler is not None:
+            self.scheduler.step()
+        # (CUDA graphs overwrite their outputs at the next replay: the parts were copied)
+        return total if world_size == 1 else total / world_size
