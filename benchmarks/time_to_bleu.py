@@ -1,265 +1,269 @@
-"""Time to BLEU: train from scratch until Multi30k test 2016 BLEU reaches a target.
+"""Time to BLEU: train from scratch until the validation BLEU reaches a target, on the machine
+you have.
 
-Trains with the fast path (chapter 10: no host syncs in the step, fused Adam, batches checked
-on the host and copied ahead, optionally torch.compile and fixed-width batches) and, in the
-same loop with the same recipe and data, ``torch.nn.Transformer`` as the reference. After each
-epoch (from ``--eval-from`` on) it scores the **validation** set (cased sacreBLEU, beam 4,
-length penalty 0.6) with the mean of the last ``--average-last`` epochs' weights (Sec. 6.1);
-the first epoch whose validation BLEU reaches ``--val-target`` (default: the target) stops the
-run, and only then is test 2016 translated, once: the test set makes no choice. Training time
-is the wall time of the training steps alone (evaluation and compilation are not in it; the
-compile warm-up is reported as ``compile_seconds``).
+Trains a recipe (default: the book's CPU speed-run recipe, ``--recipe fast``) and, in the same
+loop, on the same data and tokenizer, ``torch.nn.Transformer`` with a standard recipe (the
+paper's Eq. (3) schedule, ``--reference standard``), one after the other. Every
+``--eval-every`` seconds of training the clock stops and the **validation** set is translated
+with greedy decoding and scored (cased sacreBLEU); the first evaluation at or above
+``--val-target`` (default: the target) ends the run, and so does the recipe's time budget.
+Only then is test 2016 translated, once, with beam search (beam 4, length penalty 0.6, Sec. 6.1):
+the test set makes no choice.
 
-Writes ``benchmarks/results/<machine>/time_to_bleu.json`` with the hardware, torch version,
-target and reached BLEU, train seconds, steps, target tokens, tokens/s, MFU, sacreBLEU's
-signature and the full recipe, for both models.
+``train_seconds`` is the wall time of the training steps alone (data batching included;
+evaluation excluded); with ``--compile`` the compilation, done before the clock starts on one
+batch of every shape, is reported as ``compile_seconds``.
 
-    .venv/bin/python benchmarks/time_to_bleu.py --quick --device cpu      # seconds: smoke test
-    .venv/bin/python benchmarks/time_to_bleu.py --machine h100-2026-11-23 # the GPU run
+Writes ``benchmarks/results/<machine>/time_to_bleu.json`` (or ``--out``): the hardware, torch,
+the command, and per run the recipe, the evaluations (step, seconds, validation BLEU), the
+reached test BLEU, train seconds, steps, target tokens, tokens/s.
+
+    .venv/bin/python benchmarks/time_to_bleu.py --quick                       # a smoke test
+    .venv/bin/python benchmarks/time_to_bleu.py --machine cpu-2026-11-24 --threads 2
 """
 
 from __future__ import annotations
 
 import argparse
-import copy
 import dataclasses
 import datetime
 import json
 import math
+import shlex
+import sys
 import time
 from pathlib import Path
 
 import torch
 from torch import nn
-from transformer_book import decode, describe_hardware, set_seed
-from transformer_book.batching import BatchedCorpus
-from transformer_book.benchmark import (
-    TorchTransformerBaseline,
-    count_train_flops,
-    gpu_peak_tflops,
-    source_batches,
-    sync,
-)
+from transformer_book import describe_hardware, get_device, set_seed
+from transformer_book.benchmark import TorchTransformerBaseline, count_train_flops
 from transformer_book.config import TransformerConfig
 from transformer_book.data import load_multi30k
+from transformer_book.evaluation import corpus_bleu, translate
+from transformer_book.files import atomic_write
 from transformer_book.model import Transformer
 from transformer_book.tokenizer import load_or_train_tokenizer
-from transformer_book.train import TrainConfig, Trainer, corpus_bleu
+from transformer_book.train import TrainConfig, TrainStep, make_optimizer, prepare_corpus
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-class _DecodableBaseline(Transformer):
-    """Lets ``transformer_book.decode`` (which accepts the book's Transformer only) decode the
-    nn.Transformer reference through its ``encode``/``decode`` (no key/value cache)."""
+@dataclasses.dataclass
+class Recipe:
+    """A model and how to train it, in seconds of training."""
 
-    def __init__(self, inner: TorchTransformerBaseline):
-        nn.Module.__init__(self)
-        self.inner, self.config = inner, inner.config
-
-    def encode(self, src):
-        return self.inner.encode(src)
-
-    def decode(self, tgt, memory, src_mask, cache=None):
-        return self.inner.decode(tgt, memory, src_mask)
-
-
-def translate_all(model: nn.Module, tokenizer, sentences, *, beam_size: int, device,
-                  batch_size: int = 128) -> list[str]:
-    """Detokenised translations (beam search with length penalty 0.6, Sec. 6.1)."""
-    ours = isinstance(model, Transformer) and not isinstance(model, _DecodableBaseline)
-    ids = tokenizer.encode_batch(list(sentences))
-    out = [""] * len(sentences)
-    model.eval()
-    for idx, src in source_batches(ids, batch_size, pad_id=tokenizer.pad_id,
-                                   eos_id=tokenizer.eos_id):
-        src = src.to(device)
-        if beam_size == 1:
-            hyps = decode.to_lists(decode.greedy_decode(
-                model, src, tokenizer.bos_id, tokenizer.eos_id, use_cache=ours),
-                tokenizer.eos_id, tokenizer.pad_id)
-        else:
-            hyps = decode.beam_search(model, src, tokenizer.bos_id, tokenizer.eos_id,
-                                      beam_size=beam_size, length_penalty=0.6, use_cache=ours)
-        for i, text in zip(idx, tokenizer.decode_batch(hyps), strict=True):
-            out[i] = text
-    return out
+    name: str
+    model: str  # "transformer_book" or "nn.Transformer"
+    d_model: int = 256
+    num_heads: int = 4
+    num_layers: int = 3
+    d_ff: int = 1024
+    dropout: float = 0.1
+    embed_init: str = "normal"
+    vocab_size: int = 8000
+    max_tokens: int = 1500  # padded tokens per batch
+    warmup_steps: int = 200
+    lr_factor: float = 0.45
+    schedule: str = "linear"  # "linear": decays to 0 at time_budget; "noam": Eq. (3)
+    time_budget: float = 600.0  # seconds of training
+    # bf16 autocast of the forward pass (weights and Adam in fp32); on a CPU the step then runs
+    # attention through PyTorch's plain kernel (transformer_book.step.autocast)
+    bf16: bool = False
+    compile: bool = False
+    seed: int = 0
 
 
-def build(name: str, config: TransformerConfig) -> nn.Module:
-    set_seed(0)
-    return Transformer(config) if name == "transformer_book" else TorchTransformerBaseline(config)
+def from_presets(name: str, **changes) -> Recipe:
+    """A recipe of the book's model with the cpu presets' settings
+    (``TransformerConfig.cpu()``, ``TrainConfig.cpu()``), with ``changes``."""
+    model, train = TransformerConfig.cpu(), TrainConfig.cpu()
+    fields = {k: getattr(model, k) for k in ("d_model", "num_heads", "num_layers", "d_ff",
+                                             "dropout", "embed_init")}
+    fields |= {k: getattr(train, k) for k in ("max_tokens", "warmup_steps", "lr_factor",
+                                              "schedule")}
+    return Recipe(name, "transformer_book", **{**fields, **changes})
 
 
-def corpus(tokenizer, pairs, max_tokens, *, widths, shuffle, seed, max_len):
-    src, tgt = tokenizer.encode_batch(pairs.src), tokenizer.encode_batch(pairs.tgt)
-    keep = [i for i in range(len(src)) if len(src[i]) <= max_len and len(tgt[i]) <= max_len]
-    return BatchedCorpus([src[i] for i in keep], [tgt[i] for i in keep], max_tokens,
-                         pad_id=tokenizer.pad_id, bos_id=tokenizer.bos_id,
-                         eos_id=tokenizer.eos_id, shuffle=shuffle, seed=seed, widths=widths)
+RECIPES = {
+    # the CPU speed-run recipe (chapter 10): the cpu presets without dropout, in bf16 (the
+    # forward pass; on a CPU without bf16 instructions that is slower, not faster), 600 s
+    "fast": from_presets("fast", dropout=0.0, bf16=True, time_budget=600.0),
+    # the cpu presets themselves (fp32 where the CPU lacks bf16 instructions), on 600 s
+    "cpu": from_presets("cpu", time_budget=600.0),
+    # nn.Transformer of the same shape, trained as the paper says: Eq. (3) with its warm-up of
+    # 4,000 steps and its rate, batches of 4,096 tokens, P_drop 0.1, Xavier-uniform for every
+    # matrix (nn.Transformer's own initialisation; the embedding too)
+    "standard": Recipe("standard", "nn.Transformer", dropout=0.1, embed_init="xavier",
+                       max_tokens=4096, warmup_steps=4000, lr_factor=1.0, schedule="noam"),
+}
 
 
-def warm_up_compile(trainer: Trainer, data: BatchedCorpus) -> float:
-    """Compile the step for every batch shape of an epoch, then undo those steps (weights,
-    optimizer, schedule, random state): returns the seconds it took."""
-    start = time.perf_counter()
-    model_state = copy.deepcopy(trainer.model.state_dict())
-    opt_state = copy.deepcopy(trainer.optimizer.state_dict())
-    sched_state = trainer.scheduler.state_dict()
-    rng = torch.get_rng_state()
-    cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
-    shapes = set()
-    for _, batch in trainer._batches(data, 0):
-        if tuple(batch.src.shape) + tuple(batch.tgt_in.shape) not in shapes:
-            shapes.add(tuple(batch.src.shape) + tuple(batch.tgt_in.shape))
-            trainer._step(batch)
-    sync(trainer.device)
-    trainer.model.load_state_dict(model_state)
-    trainer.optimizer.load_state_dict(opt_state)
-    trainer.scheduler.load_state_dict(sched_state)
-    torch.set_rng_state(rng)
-    if cuda_rng is not None:
-        torch.cuda.set_rng_state_all(cuda_rng)
-    return time.perf_counter() - start
+def build_model(recipe: Recipe, tokenizer) -> tuple[nn.Module, TransformerConfig]:
+    config = TransformerConfig(
+        src_vocab_size=tokenizer.vocab_size, tgt_vocab_size=tokenizer.vocab_size,
+        pad_id=tokenizer.pad_id, d_model=recipe.d_model, num_heads=recipe.num_heads,
+        num_layers=recipe.num_layers, d_ff=recipe.d_ff, dropout=recipe.dropout,
+        embed_init=recipe.embed_init)
+    set_seed(recipe.seed)
+    if recipe.model == "transformer_book":
+        return Transformer(config), config
+    model = TorchTransformerBaseline(config)  # nn.Transformer initialises its own layers
+    if recipe.embed_init == "normal":  # the embedding as the book's model draws it
+        nn.init.normal_(model.src_embed.weight, std=recipe.d_model ** -0.5)
+    else:
+        nn.init.xavier_uniform_(model.src_embed.weight)
+    return model, config
 
 
-def run_one(name, model_config, train_config, args, train_data, val, test, tokenizer) -> dict:
-    model = build(name, model_config)
-    trainer = Trainer(model, train_data, train_config, model_config=model_config)
-    device = trainer.device
-    decodable = model if name == "transformer_book" else _DecodableBaseline(model)
-    compile_seconds = warm_up_compile(trainer, train_data) if train_config.compile else 0.0
-    # model FLOPs per target token, from one batch (matrix products, forward + backward)
-    sample = next(iter(train_data.batches(0))).to(device)
+def val_bleu(model, tokenizer, corpus, beam_size: int = 1) -> float:
+    hyps = translate(model, tokenizer, corpus.src, beam_size=beam_size, max_tokens=4096)
+    return corpus_bleu(hyps, corpus.tgt)[0].score
+
+
+def run(recipe: Recipe, args, data: dict, tokenizer) -> dict:
+    model, config = build_model(recipe, tokenizer)
+    model.to(args.device)
+    train = prepare_corpus(tokenizer, data["train"], recipe.max_tokens, seed=recipe.seed,
+                           max_len=config.max_len - 2)
+    clock = {"seconds": 0.0, "started": None}
+
+    def elapsed() -> float:
+        running = 0.0 if clock["started"] is None else time.perf_counter() - clock["started"]
+        return clock["seconds"] + running
+
+    optimizer, scheduler = make_optimizer(
+        model, config.d_model, recipe.warmup_steps, recipe.lr_factor, schedule=recipe.schedule,
+        progress=lambda steps: min(1.0, elapsed() / recipe.time_budget))
+    step_fn = TrainStep(model, optimizer, scheduler, label_smoothing=0.1, pad_id=config.pad_id,
+                        amp_dtype=torch.bfloat16 if recipe.bf16 else None,
+                        compile=recipe.compile)
+    sample = next(iter(train.batches(0))).to(args.device)
     flops_per_token = count_train_flops(model, sample.src, sample.tgt_in, sample.tgt_out,
-                                        pad_id=tokenizer.pad_id,
-                                        amp_dtype=trainer.amp_dtype) / sample.num_tgt_tokens
-    train_seconds, tokens, evals, reached_val = 0.0, 0, [], False
-    for epoch in range(1, args.max_epochs + 1):
-        trainer.config = dataclasses.replace(train_config, epochs=epoch)
-        sync(device)
-        start = time.perf_counter()
-        trainer.fit()
-        sync(device)
-        train_seconds += time.perf_counter() - start
-        tokens += sum(b.num_tgt_tokens for b in train_data.batches(epoch - 1))
-        if epoch < args.eval_from:
-            continue
-        state = (trainer.averaged_state_dict() if len(trainer.snapshots) > 1
-                 else copy.deepcopy(model.state_dict()))
-        last = copy.deepcopy(model.state_dict())
+                                        pad_id=config.pad_id) / sample.num_tgt_tokens
+    compile_seconds = 0.0
+    if recipe.compile:  # compile for every batch shape of the first epoch, then start again
+        start, shapes = time.perf_counter(), set()
+        state = {k: v.clone() for k, v in model.state_dict().items()}
+        for batch in train.batches(0):
+            batch = batch.to(args.device)
+            if (batch.src.shape, batch.tgt_in.shape) not in shapes:
+                shapes.add((batch.src.shape, batch.tgt_in.shape))
+                step_fn(batch)
         model.load_state_dict(state)
-        hyps = translate_all(decodable, tokenizer, val.src, beam_size=args.beam_size,
-                             device=device)
-        val_bleu = corpus_bleu(hyps, val.tgt)[0].score
-        evals.append({"epoch": epoch, "step": trainer.step, "val_bleu": round(val_bleu, 2),
-                      "train_seconds": round(train_seconds, 2)})
-        print(f"[{name}] epoch {epoch}: val BLEU {val_bleu:.2f} (mean of last "
-              f"{max(1, len(trainer.snapshots))} epochs), {train_seconds:.1f} s of training",
-              flush=True)
-        if val_bleu >= args.val_target:
-            reached_val = True
-            break
-        model.load_state_dict(last)  # go on training from the last weights
-    hyps = translate_all(decodable, tokenizer, test.src, beam_size=args.beam_size, device=device)
-    score, signature = corpus_bleu(hyps, test.tgt)
-    peak = gpu_peak_tflops(torch.cuda.get_device_name(device)) if device.type == "cuda" else None
-    rate = tokens / train_seconds
+        optimizer, scheduler = make_optimizer(
+            model, config.d_model, recipe.warmup_steps, recipe.lr_factor,
+            schedule=recipe.schedule,
+            progress=lambda steps: min(1.0, elapsed() / recipe.time_budget))
+        step_fn.optimizer, step_fn.scheduler = optimizer, scheduler
+        compile_seconds = time.perf_counter() - start
+        set_seed(recipe.seed)
+    evals, steps, tokens, epoch = [], 0, 0, 0
+    next_eval, reached, losses = args.eval_every, False, []
+    print(f"[{recipe.name}] {sum(p.numel() for p in model.parameters()):,} parameters, "
+          f"{len(train):,} training pairs, budget {recipe.time_budget:.0f} s", flush=True)
+    while not reached and elapsed() < recipe.time_budget:
+        clock["started"] = time.perf_counter()
+        for batch in train.batches(epoch):
+            losses.append(step_fn(batch.to(args.device)))
+            steps += 1
+            tokens += batch.num_tgt_tokens
+            if elapsed() >= min(next_eval, recipe.time_budget):
+                break
+        else:
+            epoch += 1
+        clock["seconds"] += time.perf_counter() - clock["started"]
+        clock["started"] = None
+        loss = float(torch.stack(losses).mean())
+        if not math.isfinite(loss):
+            raise FloatingPointError(f"[{recipe.name}] training loss {loss} at step {steps}")
+        losses.clear()
+        if elapsed() >= min(next_eval, recipe.time_budget):
+            bleu = val_bleu(model, tokenizer, data["val"])
+            evals.append({"train_seconds": round(elapsed(), 1), "step": steps,
+                          "epoch": round(epoch + 0.0, 2), "train_loss": round(loss, 3),
+                          "val_bleu_greedy": round(bleu, 2)})
+            print(f"[{recipe.name}] {elapsed():6.0f} s  step {steps:5}  train loss {loss:.3f}  "
+                  f"val BLEU (greedy) {bleu:5.2f}", flush=True)
+            reached = bleu >= args.val_target
+            next_eval += args.eval_every
+    test_bleu, signature = None, None
+    if not args.no_test:
+        hyps = translate(model, tokenizer, data["test"].src, beam_size=4, length_penalty=0.6)
+        score, signature = corpus_bleu(hyps, data["test"].tgt)
+        test_bleu = round(score.score, 2)
+        print(f"[{recipe.name}] test 2016 BLEU {test_bleu:.2f} (beam 4)", flush=True)
+    print(f"[{recipe.name}] {elapsed():.0f} s of training, {steps} steps, "
+          f"{tokens / elapsed():,.0f} target tokens/s"
+          + (f"; compiling took {compile_seconds:.0f} s" if recipe.compile else ""), flush=True)
     return {
-        "model": name, "device": describe_hardware(device), "torch": torch.__version__,
-        "target_bleu": args.target, "val_target_bleu": args.val_target,
-        "reached_val_target": reached_val, "reached_bleu": round(score.score, 2),
-        "reached_target": score.score >= args.target,
-        "train_seconds": round(train_seconds, 2), "compile_seconds": round(compile_seconds, 2),
-        "epochs": trainer.epoch, "steps": trainer.step, "target_tokens": tokens,
-        "tokens_per_second": round(rate), "flops_per_target_token": flops_per_token,
-        "mfu": (flops_per_token * rate / 1e12 / peak) if peak else None,
-        "sacrebleu_signature": signature, "beam_size": args.beam_size, "length_penalty": 0.6,
-        "evaluations": evals, "parameters": sum(p.numel() for p in model.parameters()),
-        "model_config": model_config.to_dict(), "train_config": dataclasses.asdict(train_config),
-        "widths": list(train_data.widths) if train_data.widths else None,
+        "recipe": dataclasses.asdict(recipe), "parameters": sum(p.numel() for p in model.parameters()),
+        "reached_val_target": reached, "test2016_bleu_beam4": test_bleu,
+        "reached_target": None if test_bleu is None else test_bleu >= args.target, "train_seconds": round(elapsed(), 1),
+        "compile_seconds": round(compile_seconds, 1), "steps": steps, "epochs": epoch,
+        "target_tokens": tokens, "tokens_per_second": round(tokens / elapsed()),
+        "flops_per_target_token": flops_per_token, "evaluations": evals,
+        "sacrebleu_signature": signature,
     }
 
 
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--target", type=float, default=40.0, help="test 2016 BLEU to reach")
+    p.add_argument("--recipes", nargs="+", default=["fast", "standard"], choices=RECIPES)
+    p.add_argument("--set", nargs="*", default=[], metavar="FIELD=VALUE",
+                   help="override fields of every recipe run except 'standard', e.g. bf16=1 "
+                   "num_layers=2 time_budget=450")
+    p.add_argument("--reference-budget", type=float, default=600.0,
+                   help="time budget of the nn.Transformer reference (seconds)")
+    p.add_argument("--target", type=float, default=30.0, help="test 2016 BLEU to reach")
     p.add_argument("--val-target", type=float, default=None,
-                   help="validation BLEU that stops training (default: --target)")
-    p.add_argument("--models", nargs="+", choices=("transformer_book", "nn.Transformer"),
-                   default=["transformer_book", "nn.Transformer"])
-    p.add_argument("--preset", default="base", choices=("tiny", "small", "base"))
-    p.add_argument("--num-layers", type=int, default=3)
-    p.add_argument("--dropout", type=float, default=0.3)
-    p.add_argument("--vocab-size", type=int, default=8000)
-    p.add_argument("--max-tokens", type=int, default=4096, help="padded tokens per batch")
-    p.add_argument("--warmup-steps", type=int, default=1000)
-    p.add_argument("--lr-factor", type=float, default=0.5)
-    p.add_argument("--average-last", type=int, default=5)
-    p.add_argument("--max-epochs", type=int, default=40)
-    p.add_argument("--eval-from", type=int, default=8, help="first epoch scored on val")
-    p.add_argument("--beam-size", type=int, default=4)
-    p.add_argument("--compile", action="store_true", help="torch.compile the step")
-    p.add_argument("--cuda-graphs", action="store_true",
-                   help="compile with mode='reduce-overhead' (implies --compile, --widths)")
-    p.add_argument("--widths", type=int, nargs="*", default=None,
-                   help="fixed batch widths, e.g. 16 24 32 48 64 (default: none)")
-    p.add_argument("--device", default=None)
+                   help="validation BLEU (greedy) that stops training (default: --target)")
+    p.add_argument("--eval-every", type=float, default=60.0, help="seconds of training")
     p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--device", default=None, help="cpu, cuda ... (default: CUDA when available)")
     p.add_argument("--data-dir", default=None)
-    p.add_argument("--machine", default=None, help="results folder, e.g. h100-2026-11-23")
-    p.add_argument("--quick", action="store_true",
-                   help="tiny model, 500 pairs, 20 sentences scored, 2 epochs: a smoke test")
+    p.add_argument("--machine", default=None, help="results folder, e.g. cpu-2026-11-24")
+    p.add_argument("--out", default=None, help="write the results here instead")
+    p.add_argument("--note", default="", help="what else ran on the machine, for the record")
+    p.add_argument("--no-test", action="store_true",
+                   help="do not score test 2016 (screening runs: choices use validation only)")
+    p.add_argument("--quick", action="store_true", help="tiny data and budget: a smoke test")
     args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    if args.cuda_graphs:
-        args.compile = True
-        args.widths = args.widths or [16, 24, 32, 48, 64, 96]
-    train = load_multi30k("train", args.data_dir)
-    val = load_multi30k("val", args.data_dir)
-    test = load_multi30k("test_2016_flickr", args.data_dir)
-    tokenizer = load_or_train_tokenizer(train, vocab_size=args.vocab_size)
-    if args.quick:
-        args.preset, args.num_layers, args.max_epochs, args.eval_from = "tiny", 1, 2, 2
-        args.average_last, args.beam_size, args.warmup_steps = 2, 2, 100
-        args.max_tokens = 1024
-        train = dataclasses.replace(train, src=train.src[:500], tgt=train.tgt[:500])
-        val = dataclasses.replace(val, src=val.src[:20], tgt=val.tgt[:20])
-        test = dataclasses.replace(test, src=test.src[:20], tgt=test.tgt[:20])
+    args.device = get_device(args.device)
     args.val_target = args.target if args.val_target is None else args.val_target
-    model_config = getattr(TransformerConfig, args.preset)(
-        src_vocab_size=tokenizer.vocab_size, tgt_vocab_size=tokenizer.vocab_size,
-        pad_id=tokenizer.pad_id, num_layers=args.num_layers, dropout=args.dropout)
-    train_config = TrainConfig(
-        max_tokens=args.max_tokens, epochs=1, warmup_steps=args.warmup_steps,
-        lr_factor=args.lr_factor, average_last=args.average_last, device=args.device,
-        progress=False, compile=args.compile,
-        compile_mode="reduce-overhead" if args.cuda_graphs else None)
-    train_data = corpus(tokenizer, train, args.max_tokens, widths=args.widths, shuffle=True,
-                        seed=0, max_len=model_config.max_len - 2)
-    results = []
-    for name in args.models:
-        print(f"\n[{name}] training on Multi30k ({len(train_data):,} pairs) to val BLEU "
-              f"{args.val_target}", flush=True)
-        results.append(run_one(name, model_config, train_config, args, train_data, val, test,
-                               tokenizer))
-        r = results[-1]
-        print(f"[{name}] test 2016 BLEU {r['reached_bleu']:.2f} (beam {args.beam_size}) after "
-              f"{r['train_seconds']:.1f} s of training ({r['epochs']} epochs, {r['steps']} "
-              f"steps, {r['tokens_per_second']:,} target tokens/s"
-              + (f", MFU {r['mfu']:.1%}" if r["mfu"] else "")
-              + f"; compile {r['compile_seconds']:.1f} s)", flush=True)
-    if len(results) == 2 and all(r["train_seconds"] for r in results):
-        print(f"\ntraining time nn.Transformer / ours: "
-              f"{results[1]['train_seconds'] / results[0]['train_seconds']:.2f}")
-    out = {"date": datetime.date.today().isoformat(), "results": results}
-    if args.machine:
-        path = RESULTS / args.machine / "time_to_bleu.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(out, indent=1, default=lambda v: None
-                                   if isinstance(v, float) and math.isnan(v) else str(v)) + "\n")
-        print(f"wrote {path}")
+    data = {split: load_multi30k(name, args.data_dir) for split, name in
+            (("train", "train"), ("val", "val"), ("test", "test_2016_flickr"))}
+    if args.quick:
+        data = {k: dataclasses.replace(v, src=v.src[:n], tgt=v.tgt[:n])
+                for (k, v), n in zip(data.items(), (400, 20, 20), strict=True)}
+        args.eval_every = 5.0
+    path = (Path(args.out) if args.out else
+            RESULTS / args.machine / "time_to_bleu.json" if args.machine else None)
+    out = {"date": datetime.date.today().isoformat(), "device": describe_hardware(args.device),
+           "threads": torch.get_num_threads(), "torch": torch.__version__,
+           "command": "python " + shlex.join([sys.argv[0], *(argv or sys.argv[1:])]),
+           "note": args.note, "target_bleu": args.target, "val_target_bleu": args.val_target,
+           "results": []}
+    for name in args.recipes:
+        recipe = dataclasses.replace(RECIPES[name])
+        if name == "standard":
+            recipe.time_budget = args.reference_budget
+        else:
+            for item in args.set:
+                field, value = item.split("=", 1)
+                kind = type(getattr(recipe, field))
+                setattr(recipe, field, bool(int(value)) if kind is bool else kind(value))
+        if args.quick:
+            recipe.time_budget = 10.0
+            recipe.d_model, recipe.d_ff, recipe.num_layers = 64, 128, 1
+        tokenizer = load_or_train_tokenizer(data["train"], vocab_size=recipe.vocab_size)
+        out["results"].append(run(recipe, args, data, tokenizer))
+        if path:  # after each run: a run cut short keeps the ones before it
+            with atomic_write(path) as f:
+                f.write((json.dumps(out, indent=1) + "\n").encode())
+            print(f"wrote {path}", flush=True)
     return out
 
 
