@@ -143,3 +143,21 @@ def test_gnmt_length_penalty_values():
     assert length_penalty_gnmt(1, 0.6) == pytest.approx(1.0)  # ((5 + 1) / 6)^alpha
     assert length_penalty_gnmt(10, 0.6) == pytest.approx(2.5**0.6)
     assert length_penalty_gnmt(10, 0.0) == 1.0
+
+
+def test_any_encoder_decoder_decodes_and_use_cache_follows_the_model():
+    """decode takes any model with encode/decode/config (here nn.Transformer's wrapper, which
+    keeps no cache): use_cache=None decodes without one, use_cache=True says it cannot."""
+    from transformer_book.benchmark import TorchTransformerBaseline
+    from transformer_book.config import TransformerConfig
+    from transformer_book.decode import beam_search, greedy_decode
+
+    torch.manual_seed(0)
+    model = TorchTransformerBaseline(TransformerConfig.tiny(src_vocab_size=20, tgt_vocab_size=20))
+    src = torch.randint(3, 20, (2, 5))
+    assert greedy_decode(model, src, 1, 2, max_new_tokens=4).shape == (2, 5)
+    assert len(beam_search(model, src, 1, 2, beam_size=2, max_new_tokens=4)) == 2
+    with pytest.raises(ValueError, match="keeps no cache"):
+        greedy_decode(model, src, 1, 2, max_new_tokens=4, use_cache=True)
+    with pytest.raises(TypeError, match="encoder-decoder"):
+        greedy_decode(torch.nn.Linear(2, 2), src, 1, 2)
