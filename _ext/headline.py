@@ -27,9 +27,11 @@ from sphinx.errors import ExtensionError
 NOTEBOOK = "chapters/08_training.ipynb"
 CHART_FILE = "_build/headline/attention.html"
 RESULT_RE = re.compile(
-    r"(?P<config>full|small) configuration, trained in (?P<minutes>[0-9.]+) min on "
+    r"(?P<config>cpu|full|quick|small) configuration, trained in (?P<minutes>[0-9.]+) min on "
     r"(?P<hardware>.+?)(?:, torch [^:]*)?:\ntest 2016 BLEU (?P<bleu>[0-9.]+) \(beam 4"
 )
+# describe_hardware's line for a CPU, "CPU: AMD EPYC, 2 threads", read as "2 CPU threads (AMD EPYC)"
+CPU_RE = re.compile(r"CPU: (?P<cpu>.+), (?P<threads>[0-9]+) threads?")
 EXAMPLE_RE = re.compile(r"German   : (.+)\nreference: (.+)\ngreedy   : .+\nbeam 4   : (.+)\n")
 
 
@@ -41,6 +43,12 @@ def _texts(cell: dict) -> list[str]:
         elif "data" in o:
             out.append("".join(o["data"].get("text/plain", "")))
     return out
+
+
+def _hardware(line: str) -> str:
+    """The hardware as the sentence of intro.md reads it ("on 2 CPU threads (AMD EPYC)")."""
+    cpu = CPU_RE.fullmatch(line)
+    return f"{cpu['threads']} CPU threads ({cpu['cpu']})" if cpu else line
 
 
 def read_headline(path: Path) -> tuple[dict[str, str], str]:
@@ -72,7 +80,7 @@ def read_headline(path: Path) -> tuple[dict[str, str], str]:
     subs = {
         "headline_bleu": result["bleu"],
         "headline_minutes": result["minutes"],
-        "headline_hardware": result["hardware"],
+        "headline_hardware": _hardware(result["hardware"]),
         "headline_config": result["config"],
         "headline_german": example[1].strip(),
         "headline_reference": example[2].strip(),

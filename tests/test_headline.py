@@ -18,9 +18,22 @@ def test_reads_the_stored_result_of_chapter_8():
     subs, chart = headline.read_headline(ROOT / headline.NOTEBOOK)
     assert 0 < float(subs["headline_bleu"]) <= 100
     assert float(subs["headline_minutes"]) > 0
-    assert subs["headline_config"] in {"full", "small"}
+    assert subs["headline_config"] in {"cpu", "full", "quick"}
     assert subs["headline_german"] and subs["headline_translation"]
     assert "vegaEmbed" in chart  # the altair chart, as stored
+
+
+@pytest.mark.parametrize("config, hardware, reads", [
+    ("cpu", "CPU: AMD EPYC, 2 threads, torch 2.13.0+cpu", "2 CPU threads (AMD EPYC)"),
+    ("quick", "CPU: Intel(R) Xeon(R) CPU @ 2.80GHz, 4 threads, torch 2.3.0", "4 CPU threads (Intel(R) Xeon(R) CPU @ 2.80GHz)"),
+    ("full", "NVIDIA H100 80GB HBM3 (79 GiB), torch 2.11.0+cu130", "NVIDIA H100 80GB HBM3 (79 GiB)"),
+])
+def test_reads_the_result_line_of_each_configuration(config, hardware, reads):
+    line = (f"{config} configuration, trained in 19.2 min on {hardware}:\n"
+            "test 2016 BLEU 33.05 (beam 4, weights: last epoch)")
+    result = headline.RESULT_RE.search(line)
+    assert (result["config"], result["minutes"], result["bleu"]) == (config, "19.2", "33.05")
+    assert headline._hardware(result["hardware"]) == reads
 
 
 def test_a_notebook_without_outputs_fails_the_build_clearly(tmp_path):
