@@ -108,11 +108,7 @@ def build_model(recipe: Recipe, tokenizer) -> tuple[nn.Module, TransformerConfig
     set_seed(recipe.seed)
     if recipe.model == "transformer_book":
         return Transformer(config), config
-    model = TorchTransformerBaseline(config)  # nn.Transformer initialises its own layers
-    if recipe.embed_init == "normal":  # the embedding as the book's model draws it
-        nn.init.normal_(model.src_embed.weight, std=recipe.d_model ** -0.5)
-    else:
-        nn.init.xavier_uniform_(model.src_embed.weight)
+    model = TorchTransformerBaseline(config)  # its embedding drawn as embed_init says
     return model, config
 
 

@@ -66,6 +66,13 @@ class TorchTransformerBaseline(nn.Module):
         self.generator = nn.Linear(D, config.tgt_vocab_size, bias=False)
         if config.tie_output:
             self.generator.weight = self.tgt_embed.weight
+        # the embedding as the book's model draws it (nn.Embedding's own N(0, 1), times
+        # sqrt(d_model) and tied to the output layer, would start with logits of std ~d_model)
+        for embed in dict.fromkeys([self.src_embed, self.tgt_embed]):  # once if shared, in order
+            if config.embed_init == "normal":
+                nn.init.normal_(embed.weight, 0.0, D**-0.5)
+            else:
+                nn.init.xavier_uniform_(embed.weight)
 
     def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
         """Logits (B, T, tgt_vocab_size) for src (B, S) and the shifted target tgt (B, T)."""
