@@ -36,12 +36,52 @@ def test_fast_recipe_is_the_cpu_presets_with_its_three_changes():
 
 
 @pytest.mark.skipif(DATA is None, reason="no local Multi30k copy (set MULTI30K_DIR)")
-def test_quick_run_writes_both_recipes(tmp_path):
+def test_tutorial_recipe_is_the_pytorch_tutorials():
+    tutorial = _script().RECIPES["tutorial"]
+    assert (tutorial.model, tutorial.d_model, tutorial.num_heads, tutorial.num_layers,
+            tutorial.d_ff, tutorial.dropout) == ("nn.Transformer", 512, 8, 3, 512, 0.1)
+    assert (tutorial.schedule, tutorial.lr, tutorial.label_smoothing) == ("constant", 1e-4, 0.0)
+    assert tutorial.embed_init == "xavier"
+
+
+@pytest.mark.skipif(DATA is None, reason="no local Multi30k copy (set MULTI30K_DIR)")
+def test_constant_schedule_keeps_the_rate(tmp_path):
+    """The tutorial's Adam runs at 1e-4 from the first step to the last."""
+    script = _script()
+    args = script.argparse.Namespace(device="cpu", eval_every=1e9, reference_eval_every=1e9,
+                                     val_target=100.0, target=30.0, no_test=True)
+    recipe = script.dataclasses.replace(script.RECIPES["tutorial"], time_budget=2.0, d_model=64,
+                                        d_ff=64, num_layers=1)
+    from transformer_book.data import load_multi30k
+    from transformer_book.tokenizer import load_or_train_tokenizer
+
+    data = {k: load_multi30k(name, DATA) for k, name in (("train", "train"), ("val", "val"))}
+    data["train"] = script.dataclasses.replace(data["train"], src=data["train"].src[:300],
+                                               tgt=data["train"].tgt[:300])
+    data["val"] = script.dataclasses.replace(data["val"], src=data["val"].src[:5],
+                                             tgt=data["val"].tgt[:5])
+    tokenizer = load_or_train_tokenizer(load_multi30k("train", DATA), vocab_size=8000)
+    rates = []
+    real_step = script.TrainStep.__call__
+
+    def spy(self, batch):
+        rates.append(self.optimizer.param_groups[0]["lr"])
+        return real_step(self, batch)
+
+    script.TrainStep.__call__ = spy
+    try:
+        result = script.run(recipe, args, data, tokenizer)
+    finally:
+        script.TrainStep.__call__ = real_step
+    assert result["steps"] == len(rates) > 1 and set(rates) == {1e-4}
+
+
+def test_quick_run_writes_every_recipe(tmp_path):
     out = tmp_path / "time_to_bleu.json"
     _script().main(["--quick", "--threads", "1", "--device", "cpu", "--data-dir", DATA,
                     "--out", str(out)])
     record = json.loads(out.read_text())
-    assert [r["recipe"]["name"] for r in record["results"]] == ["fast", "standard"]
+    assert [r["recipe"]["name"] for r in record["results"]] == ["fast", "standard", "tutorial"]
     for r in record["results"]:
         assert r["steps"] > 0 and r["train_seconds"] > 0 and r["evaluations"]
         assert 0 <= r["test2016_bleu_beam4"] <= 100
