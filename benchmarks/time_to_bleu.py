@@ -176,21 +176,23 @@ def run(recipe: Recipe, args, data: dict, tokenizer) -> dict:
         step_fn.optimizer, step_fn.scheduler = optimizer, scheduler
         compile_seconds = time.perf_counter() - start
         set_seed(recipe.seed)
-    evals, steps, tokens, epoch = [], 0, 0, 0
+    # `position`: batches of `epoch` already trained on; an evaluation pauses the epoch there
+    evals, steps, tokens, epoch, position = [], 0, 0, 0, 0
+    per_epoch = train.num_batches(0)
     eval_every = args.reference_eval_every if recipe.name in REFERENCES else args.eval_every
     next_eval, reached, losses = eval_every, False, []
     print(f"[{recipe.name}] {sum(p.numel() for p in model.parameters()):,} parameters, "
           f"{len(train):,} training pairs, budget {recipe.time_budget:.0f} s", flush=True)
     while not reached and elapsed() < recipe.time_budget:
         clock["started"] = time.perf_counter()
-        for batch in train.batches(epoch):
+        for batch in train.batches(epoch, start=position):
             losses.append(step_fn(batch.to(args.device)))
-            steps += 1
+            steps, position = steps + 1, position + 1
             tokens += batch.num_tgt_tokens
             if elapsed() >= min(next_eval, recipe.time_budget):
                 break
-        else:
-            epoch += 1
+        if position == train.num_batches(epoch):  # the epoch is done: the next one, reshuffled
+            epoch, position = epoch + 1, 0
         clock["seconds"] += time.perf_counter() - clock["started"]
         clock["started"] = None
         loss = float(torch.stack(losses).mean())
@@ -200,7 +202,8 @@ def run(recipe: Recipe, args, data: dict, tokenizer) -> dict:
         if elapsed() >= min(next_eval, recipe.time_budget):
             bleu = val_bleu(model, tokenizer, data["val"])
             evals.append({"train_seconds": round(elapsed(), 1), "step": steps,
-                          "epoch": round(epoch + 0.0, 2), "train_loss": round(loss, 3),
+                          "epoch": round(epoch + position / per_epoch, 2),
+                          "train_loss": round(loss, 3),
                           "val_bleu_greedy": round(bleu, 2)})
             print(f"[{recipe.name}] {elapsed():6.0f} s  step {steps:5}  train loss {loss:.3f}  "
                   f"val BLEU (greedy) {bleu:5.2f}", flush=True)
@@ -219,7 +222,8 @@ def run(recipe: Recipe, args, data: dict, tokenizer) -> dict:
         "recipe": dataclasses.asdict(recipe), "parameters": sum(p.numel() for p in model.parameters()),
         "reached_val_target": reached, "test2016_bleu_beam4": test_bleu,
         "reached_target": None if test_bleu is None else test_bleu >= args.target, "train_seconds": round(elapsed(), 1),
-        "compile_seconds": round(compile_seconds, 1), "steps": steps, "epochs": epoch,
+        "compile_seconds": round(compile_seconds, 1), "steps": steps,
+        "epochs": round(epoch + position / per_epoch, 2), "batches_per_epoch": per_epoch,
         "target_tokens": tokens, "tokens_per_second": round(tokens / elapsed()),
         "flops_per_target_token": flops_per_token, "evaluations": evals,
         "sacrebleu_signature": signature,

@@ -186,3 +186,21 @@ def test_cpu_amp_none_follows_the_cpu_and_cpu_bf16_uses_the_plain_attention_kern
     with autocast("cpu", None):
         assert not torch.is_autocast_enabled("cpu") and torch.backends.cuda.flash_sdp_enabled()
     assert torch.backends.cuda.flash_sdp_enabled() and not torch.is_autocast_enabled("cpu")
+
+
+def test_cpu_bf16_forward_and_loss_trace_as_one_graph():
+    """``TrainStep(compile=True)`` compiles forward + loss with ``fullgraph=True``: under CPU bf16
+    that includes the autocast and the attention-kernel contexts, which must trace (an
+    ExitStack did not: TrainConfig(compile=True, cpu_amp=True) failed on a CPU). The "eager"
+    backend checks the tracing without compiling kernels."""
+    torch._dynamo.reset()
+    model = _model()
+    optimizer, scheduler = make_optimizer(model, 64, warmup_steps=3)
+    step = TrainStep(model, optimizer, scheduler, label_smoothing=0.1, pad_id=0,
+                     amp_dtype=torch.bfloat16)
+    batch = BATCHES[0]
+    traced = torch.compile(step._loss, fullgraph=True, backend="eager")
+    loss = traced(batch.src, batch.tgt_in, batch.tgt_out)
+    assert loss.dtype == torch.float32 and torch.isfinite(loss)
+    assert torch.allclose(loss, step._loss(batch.src, batch.tgt_in, batch.tgt_out))
+    torch._dynamo.reset()

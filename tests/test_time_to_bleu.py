@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data" / "multi30k"
@@ -44,23 +45,67 @@ def test_tutorial_recipe_is_the_pytorch_tutorials():
     assert tutorial.embed_init == "xavier"
 
 
+def _small_run(script, name, eval_every, budget, pairs=300):
+    """What run() needs for a tiny recipe `name` on the first `pairs` training pairs."""
+    from transformer_book.data import load_multi30k
+    from transformer_book.tokenizer import load_or_train_tokenizer
+
+    args = script.argparse.Namespace(device="cpu", eval_every=eval_every,
+                                     reference_eval_every=eval_every, val_target=100.0,
+                                     target=30.0, no_test=True)
+    recipe = script.dataclasses.replace(script.RECIPES[name], time_budget=budget, d_model=64,
+                                        d_ff=64, num_layers=1, num_heads=4)
+    data = {k: load_multi30k(n, DATA) for k, n in (("train", "train"), ("val", "val"))}
+    data["train"] = script.dataclasses.replace(data["train"], src=data["train"].src[:pairs],
+                                               tgt=data["train"].tgt[:pairs])
+    data["val"] = script.dataclasses.replace(data["val"], src=data["val"].src[:3],
+                                             tgt=data["val"].tgt[:3])
+    tokenizer = load_or_train_tokenizer(load_multi30k("train", DATA), vocab_size=8000)
+    return args, recipe, data, tokenizer
+
+
+@pytest.mark.skipif(DATA is None, reason="no local Multi30k copy (set MULTI30K_DIR)")
+def test_evaluations_pause_the_epoch_instead_of_restarting_it():
+    """The batches trained on are epoch 0's in order, then epoch 1's, ...: an evaluation in the
+    middle of an epoch resumes it where it stopped (it used to restart it, so a run that
+    evaluated more often than once an epoch trained on the epoch's first batches only)."""
+    script = _script()
+    args, recipe, data, tokenizer = _small_run(script, "fast", eval_every=0.3, budget=3.0,
+                                               pairs=600)
+    corpora, seen = [], []
+    real_prepare, real_step = script.prepare_corpus, script.TrainStep.__call__
+
+    def prepare(*a, **k):
+        corpora.append(real_prepare(*a, **k))
+        return corpora[-1]
+
+    def spy(self, batch):
+        seen.append(batch.src.clone())
+        return real_step(self, batch)
+
+    script.prepare_corpus, script.TrainStep.__call__ = prepare, spy
+    try:
+        result = script.run(recipe, args, data, tokenizer)
+    finally:
+        script.prepare_corpus, script.TrainStep.__call__ = real_prepare, real_step
+    (train,) = corpora
+    per_epoch = train.num_batches(0)
+    assert len(result["evaluations"]) >= 3 and len(seen) == result["steps"]
+    # evaluations fell inside an epoch, so the old loop would have restarted it
+    assert any(e["step"] % per_epoch for e in result["evaluations"][:-1])
+    expected, done = [], 0
+    while len(expected) < len(seen):
+        expected += [b.src for b in train.batches(done)]
+        done += len(expected) <= len(seen)  # epochs completed within the run
+    assert all(torch.equal(a, b) for a, b in zip(seen, expected, strict=False))
+    assert int(result["epochs"]) == done
+
+
 @pytest.mark.skipif(DATA is None, reason="no local Multi30k copy (set MULTI30K_DIR)")
 def test_constant_schedule_keeps_the_rate(tmp_path):
     """The tutorial's Adam runs at 1e-4 from the first step to the last."""
     script = _script()
-    args = script.argparse.Namespace(device="cpu", eval_every=1e9, reference_eval_every=1e9,
-                                     val_target=100.0, target=30.0, no_test=True)
-    recipe = script.dataclasses.replace(script.RECIPES["tutorial"], time_budget=2.0, d_model=64,
-                                        d_ff=64, num_layers=1)
-    from transformer_book.data import load_multi30k
-    from transformer_book.tokenizer import load_or_train_tokenizer
-
-    data = {k: load_multi30k(name, DATA) for k, name in (("train", "train"), ("val", "val"))}
-    data["train"] = script.dataclasses.replace(data["train"], src=data["train"].src[:300],
-                                               tgt=data["train"].tgt[:300])
-    data["val"] = script.dataclasses.replace(data["val"], src=data["val"].src[:5],
-                                             tgt=data["val"].tgt[:5])
-    tokenizer = load_or_train_tokenizer(load_multi30k("train", DATA), vocab_size=8000)
+    args, recipe, data, tokenizer = _small_run(script, "tutorial", eval_every=1e9, budget=2.0)
     rates = []
     real_step = script.TrainStep.__call__
 

@@ -34,10 +34,14 @@ def autocast(device_type: str, dtype: torch.dtype | None):
         return contextlib.nullcontext()
     if device_type != "cpu":
         return torch.autocast(device_type, dtype=dtype)
-    both = contextlib.ExitStack()
-    both.enter_context(torch.autocast("cpu", dtype=dtype))
-    both.enter_context(sdpa_kernel(SDPBackend.MATH))
-    return both
+    return _cpu_autocast(dtype)
+
+
+@contextlib.contextmanager
+def _cpu_autocast(dtype: torch.dtype):
+    # two nested contexts, written out: torch.compile traces this (not an ExitStack)
+    with torch.autocast("cpu", dtype=dtype), sdpa_kernel(SDPBackend.MATH):
+        yield
 
 
 def native_cpu_bf16() -> bool:
