@@ -265,10 +265,13 @@ class TrainConfig:
         towards the rate of Eq. (3) at 0.45 times its size (2.0e-3 for d_model 256) multiplied
         by (1 - progress), then a linear decay that reaches 0 when the time budget of 1,150 s
         (validation included) runs out; since progress has advanced during the warm-up, the
-        rate reached is lower (about 1.75e-3 on a 2-core AMD EPYC). ``epochs`` is only an upper
-        bound: on that machine the budget stopped the run in its fifth epoch. Where the CPU has
-        bf16 instructions (``cpu_amp=None``: AVX512_BF16 or AMX), the forward pass runs in bf16
-        autocast, about 1.5 times the float32 throughput on that machine (chapter 10).
+        rate reached is lower (about 1.75e-3 on a 2-core AMD EPYC in float32 with dropout 0.1,
+        the settings the recipe was chosen with; higher with bf16, whose faster steps end the
+        warm-up earlier in the budget). ``epochs`` is only an upper bound: on that machine the
+        budget stopped the float32 runs in their fifth epoch and chapter 8's bf16 run, without
+        dropout, in its tenth. Where the CPU has bf16 instructions (``cpu_amp=None``:
+        AVX512_BF16 or AMX), the forward pass runs in bf16 autocast, about 1.5 times the float32
+        throughput on that machine (chapter 10).
         """
         return cls(**{"max_tokens": 1500, "warmup_steps": 200, "lr_factor": 0.45,
                       "schedule": "linear", "time_budget": 1150.0, "epochs": 30,

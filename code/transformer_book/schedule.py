@@ -46,8 +46,9 @@ def linear_lr(step: int, d_model: int, warmup_steps: int, factor: float = 1.0,
     rate reaches 0 exactly when the run ends, however long it is. The factor applies from the
     first step, so the peak is reached only if no progress has been made by the end of the
     warm-up; in practice the highest rate is peak * (1 - progress at step warmup_steps). Li et
-    al. (2020, "Budgeted training") found a decay to zero better than Eq. (3)'s inverse square
-    root for short budgets; in chapter 8's CPU runs the two were within the seeds' spread.
+    al. (2020, "Budgeted training") found a linear decay to zero at the end of the budget robust
+    and among the best budget-aware schedules (image and video tasks); in chapter 8's CPU runs
+    it and Eq. (3) were within the seeds' spread.
     """
     if step < 1:
         raise ValueError(f"step counts from 1, got {step}")
