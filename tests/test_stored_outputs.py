@@ -71,11 +71,19 @@ def test_stored_charts_show_the_records_maps(nb, record, kind):
 
 def test_the_chapter_checks_the_record_the_charts_come_from(nb, record):
     """The cell after "What to look for" asserts its figures on this record's sentence."""
-    code = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
-    assert "def attention_facts(" in code and "TEXT_ATTENTION" in code
-    assert RECORD.name in code
-    text_attention = ast.literal_eval(code.split("TEXT_ATTENTION = ", 1)[1].split("\n}\n", 1)[0] + "\n}")
-    assert text_attention["sentence"] == (record["German"], record["translation"])
+    code = chapter_code(nb)
+    assert "def attention_facts(" in code and RECORD.name in code
+    assert text_attention(nb)["sentence"] == (record["German"], record["translation"])
+
+
+def chapter_code(nb) -> str:
+    return "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
+
+
+def text_attention(nb) -> dict:
+    """The chapter's TEXT_ATTENTION: the figures its cell asserts on the record's maps."""
+    literal = chapter_code(nb).split("TEXT_ATTENTION = ", 1)[1].split("\n}\n", 1)[0] + "\n}"
+    return ast.literal_eval(literal)
 
 
 def what_to_look_for(nb) -> str:
@@ -89,8 +97,7 @@ def test_the_text_states_the_figures_the_cell_checks(nb, record):
     text = " ".join(what_to_look_for(nb).split())
     assert record["German"] in text and record["translation"] in text
     numbers = set(re.findall(r"\d+(?:\.\d+)?", text))
-    code = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
-    facts = ast.literal_eval(code.split("TEXT_ATTENTION = ", 1)[1].split("\n}\n", 1)[0] + "\n}")
+    facts = text_attention(nb)
 
     def flat(x):
         if isinstance(x, (list, tuple)):
