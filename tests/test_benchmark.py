@@ -201,3 +201,30 @@ def test_baseline_encode_decode_agree_with_forward():
         torch.testing.assert_close(model.decode(tgt, memory, src_mask), model(src, tgt))
     with pytest.raises(ValueError, match="no cache"):
         model.decode(tgt, memory, src_mask, cache=object())
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_baseline_as_book_model_computes_the_same_and_decodes_with_a_cache(norm_first):
+    """to_book_model() copies nn.Transformer's weights into the book's model: same logits, and
+    cached beam search gives the baseline's own (uncached) translations."""
+    from transformer_book.config import TransformerConfig
+    from transformer_book.decode import beam_search, greedy_decode
+
+    torch.manual_seed(0)
+    cfg = TransformerConfig.tiny(src_vocab_size=30, tgt_vocab_size=30, norm_first=norm_first,
+                                 dropout=0.1)
+    model = benchmark.TorchTransformerBaseline(cfg).eval()
+    book = model.to_book_model()
+    assert not book.training and book.config.attention_dropout == 0.1
+    src = torch.tensor([[5, 6, 7, 2], [8, 9, 2, 0]])
+    tgt = torch.tensor([[1, 4, 5], [1, 6, 0]])
+    with torch.no_grad():
+        torch.testing.assert_close(book(src, tgt), model(src, tgt), atol=1e-5, rtol=1e-5)
+        # the copy does not share storage: training the baseline further leaves it alone
+        model.generator.weight.add_(1.0)
+        assert not torch.allclose(book(src, tgt), model(src, tgt))
+        model.generator.weight.sub_(1.0)
+        kw = dict(bos_id=1, eos_id=2, max_new_tokens=8)
+        assert (beam_search(book, src, beam_size=3, use_cache=True, **kw)
+                == beam_search(model, src, beam_size=3, use_cache=False, **kw))
+        torch.testing.assert_close(greedy_decode(book, src, **kw), greedy_decode(model, src, **kw))

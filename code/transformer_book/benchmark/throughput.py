@@ -113,6 +113,52 @@ class TorchTransformerBaseline(nn.Module):
                                      tgt_is_causal=True)  # (B, T, D)
         return self.generator(h)
 
+    def to_book_model(self):
+        """The same network as a :class:`transformer_book.Transformer` (a copy of the weights),
+        which decodes with a key/value cache.
+
+        ``nn.Transformer`` keeps no cache, so beam search re-runs the whole prefix at every
+        step; for a model that writes to the length limit (source + 50 tokens) that is slow.
+        The book's model with :func:`matched_configs` computes the same function (its
+        ``q_proj``, ``k_proj``, ``v_proj`` are the three blocks of ``in_proj``; its sub-layers'
+        norms are ``norm1`` ... ``norm3``), so its cached decoding translates as this model
+        would, up to rounding. Returns it in eval mode.
+        """
+        from transformer_book.model import Transformer
+
+        book = Transformer(matched_configs(self.config))
+        state = {"src_embed.weight": self.src_embed.weight, "generator.weight":
+                 self.generator.weight, "tgt_embed.weight": self.tgt_embed.weight}
+
+        def attention(prefix: str, mha: nn.MultiheadAttention) -> None:
+            for role, w, b in zip(("q", "k", "v"), mha.in_proj_weight.chunk(3),
+                                  mha.in_proj_bias.chunk(3), strict=True):
+                state[f"{prefix}.{role}_proj.weight"], state[f"{prefix}.{role}_proj.bias"] = w, b
+            state[f"{prefix}.out_proj.weight"] = mha.out_proj.weight
+            state[f"{prefix}.out_proj.bias"] = mha.out_proj.bias
+
+        def copy(prefix: str, module: nn.Module) -> None:
+            for name, tensor in module.state_dict().items():
+                state[f"{prefix}.{name}"] = tensor
+
+        sublayers = {"encoder": ("attn_sublayer", "ffn_sublayer"),
+                     "decoder": ("self_attn_sublayer", "cross_attn_sublayer", "ffn_sublayer")}
+        for side, stack in (("encoder", self.transformer.encoder),
+                            ("decoder", self.transformer.decoder)):
+            for i, layer in enumerate(stack.layers):
+                prefix = f"{side}.layers.{i}"
+                attention(f"{prefix}.self_attn", layer.self_attn)
+                if side == "decoder":
+                    attention(f"{prefix}.cross_attn", layer.multihead_attn)
+                copy(f"{prefix}.feed_forward.linear1", layer.linear1)
+                copy(f"{prefix}.feed_forward.linear2", layer.linear2)
+                for j, sub in enumerate(sublayers[side], start=1):
+                    copy(f"{prefix}.{sub}.norm", getattr(layer, f"norm{j}"))
+            if stack.norm is not None:
+                copy(f"{side}.norm", stack.norm)
+        book.load_state_dict({k: v.detach() for k, v in state.items()})  # strict: every name
+        return book.to(self.generator.weight.device).eval()
+
 
 def matched_configs(config):
     """The config with every dropout equal to ``config.dropout``, as ``nn.Transformer`` has them.
