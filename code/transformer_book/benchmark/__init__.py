@@ -12,8 +12,10 @@ the book come from the same code. One module per question:
   the sequence length (chapter 9);
 - :mod:`~transformer_book.benchmark.throughput`: training steps per second, ours against
   ``torch.nn.Transformer``, and their model FLOPs;
-- :mod:`~transformer_book.benchmark.ladder`: the throughput ladder of chapter 10, one speed
-  feature switched on per rung;
+- :mod:`~transformer_book.benchmark.ladder`: the GPU-oriented throughput ladder, one speed
+  feature switched on per rung, ours against ``torch.nn.Transformer``;
+- :mod:`~transformer_book.benchmark.cpu_ladder`: chapter 10's CPU ladder and profile, on real
+  Multi30k batches of the cpu recipe (import it as a module: ``benchmark.cpu_ladder``);
 - :mod:`~transformer_book.benchmark.decoding`: greedy and beam-search decoding speed.
 
 Everything is importable from here too (``from transformer_book import benchmark;
@@ -22,6 +24,7 @@ what else runs on it, so every table puts a ratio measured in the same run besid
 figures.
 """
 
+from transformer_book.benchmark import cpu_ladder  # noqa: F401 (chapter 10)
 from transformer_book.benchmark.attention_cost import (
     attention_implementations,
     measure_attention,
