@@ -43,6 +43,7 @@ import torch
 from torch import nn
 from transformer_book import describe_hardware, get_device, set_seed
 from transformer_book.benchmark import TorchTransformerBaseline, count_train_flops
+from transformer_book.budget import Clock
 from transformer_book.config import TransformerConfig
 from transformer_book.data import load_multi30k
 from transformer_book.evaluation import corpus_bleu, translate
@@ -147,11 +148,8 @@ def run(recipe: Recipe, args, data: dict, tokenizer) -> dict:
     model.to(args.device)
     train = prepare_corpus(tokenizer, data["train"], recipe.max_tokens, seed=recipe.seed,
                            max_len=config.max_len - 2)
-    clock = {"seconds": 0.0, "started": None}
-
-    def elapsed() -> float:
-        running = 0.0 if clock["started"] is None else time.perf_counter() - clock["started"]
-        return clock["seconds"] + running
+    clock = Clock()  # seconds of training steps only: stopped while evaluating
+    elapsed = clock.read
 
     def optimizer_and_schedule():
         if recipe.schedule == "constant":
@@ -193,7 +191,7 @@ def run(recipe: Recipe, args, data: dict, tokenizer) -> dict:
     print(f"[{recipe.name}] {sum(p.numel() for p in model.parameters()):,} parameters, "
           f"{len(train):,} training pairs, budget {recipe.time_budget:.0f} s", flush=True)
     while not reached and elapsed() < recipe.time_budget:
-        clock["started"] = time.perf_counter()
+        clock.start()
         for batch in train.batches(epoch, start=position):
             losses.append(step_fn(batch.to(args.device)))
             steps, position = steps + 1, position + 1
@@ -202,8 +200,7 @@ def run(recipe: Recipe, args, data: dict, tokenizer) -> dict:
                 break
         if position == train.num_batches(epoch):  # the epoch is done: the next one, reshuffled
             epoch, position = epoch + 1, 0
-        clock["seconds"] += time.perf_counter() - clock["started"]
-        clock["started"] = None
+        clock.stop()
         loss = float(torch.stack(losses).mean())
         if not math.isfinite(loss):
             raise FloatingPointError(f"[{recipe.name}] training loss {loss} at step {steps}")
