@@ -132,3 +132,41 @@ def test_quick_run_writes_every_recipe(tmp_path):
         assert 0 <= r["test2016_bleu_beam4"] <= 100
         assert r["sacrebleu_signature"].startswith("nrefs:1|case:mixed")
     assert "--quick" in record["command"]
+
+
+def test_benchmarks_readme_states_the_stored_speed_runs():
+    """The speed-run tables of benchmarks/README.md are the stored records' figures."""
+    import json
+    import re
+
+    folder = ROOT / "benchmarks" / "results" / "cpu-2026-11-24"
+    readme = (ROOT / "benchmarks" / "README.md").read_text()
+
+    def row(name):  # the table row that names the record or the recipe
+        line = next(line for line in readme.splitlines() if line.startswith(f"| {name}"))
+        return [cell.strip() for cell in line.strip("|").split("|")]
+
+    for file in ("time_to_bleu.json", "time_to_bleu_fast.json", "time_to_bleu_seed1.json"):
+        record = json.loads((folder / file).read_text())
+        fast = record["results"][0]
+        assert fast["recipe"]["name"] == "fast" and fast["reached_target"]
+        cells = row(f"`{file}`")
+        assert cells[1:] == [str(fast["recipe"]["seed"]), f"{fast['train_seconds']:.0f} s",
+                             f"{fast['steps']:,}", f"{fast['epochs']:.2f}",
+                             f"{fast['tokens_per_second']:,}",
+                             f"{fast['evaluations'][-1]['val_bleu_greedy']:.2f}",
+                             f"{fast['test2016_bleu_beam4']:.2f}"], file
+        assert fast["train_seconds"] <= 600
+    references = json.loads((folder / "time_to_bleu.json").read_text())["results"][1:]
+    assert [r["recipe"]["name"] for r in references] == ["standard", "tutorial"]
+    for ref in references:
+        cells = row(f"`{ref['recipe']['name']}`")
+        assert cells[1:] == [f"{ref['parameters']:,}", f"{ref['steps']:,}",
+                             f"{ref['tokens_per_second']:,}",
+                             f"{ref['evaluations'][-1]['val_bleu_greedy']:.2f}",
+                             f"{ref['test2016_bleu_beam4']:.2f}"], ref["recipe"]["name"]
+    dropout = json.loads((folder / "speedrun" / "7_fixed_loop_dropout0.1.json").read_text())
+    scores = {round(e["train_seconds"]): e["val_bleu_greedy"]
+              for e in dropout["results"][0]["evaluations"]}
+    assert dropout["results"][0]["recipe"]["dropout"] == 0.1
+    assert re.search(rf"{scores[360]:.2f} at 360 s and {scores[600]:.2f} at 600 s", readme)
