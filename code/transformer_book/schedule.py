@@ -2,8 +2,9 @@
 
 Adam with beta1 = 0.9, beta2 = 0.98, eps = 1e-9, and a learning rate that grows linearly for
 ``warmup_steps`` steps and then decays as the inverse square root of the step, Eq. (3):
-:func:`noam_lr`, :func:`make_optimizer`. Not in the paper: :func:`linear_lr`, the same warm-up
-and peak followed by a linear decay to zero when the run ends, for short time budgets.
+:func:`noam_lr`, :func:`make_optimizer`. Not in the paper: :func:`linear_lr`, a linear warm-up
+towards Eq. (3)'s peak, all of it times a linear decay that reaches zero when the run ends, for
+short time budgets.
 """
 
 from __future__ import annotations
