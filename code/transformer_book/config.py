@@ -136,7 +136,7 @@ class TransformerConfig:
 
         d_model 256, 4 heads, 3 + 3 post-norm layers, d_ff 1024, the embedding drawn from
         N(0, d_model^-0.5) (``embed_init="normal"``), and no dropout (P_drop 0): in a CPU
-        budget of 10 to 20 minutes the model sees each sentence only 5 to 9 times, and dropout
+        budget of 10 to 20 minutes the model sees each sentence only 4 to 9 times, and dropout
         slowed its learning more than it helped (chapter 10's speed run, on the validation
         set). With ``TrainConfig.cpu()`` (bf16 on a CPU with bf16 instructions) it reached 37.9
         BLEU on Multi30k test 2016 in 20 minutes on 2 cores of an AMD EPYC (chapter 8); a
