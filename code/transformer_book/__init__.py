@@ -18,7 +18,8 @@ weight averaging, Sec. 6.1), ``runlog`` (metrics.jsonl); ``train`` re-exports th
 ``evaluation`` translates and scores BLEU (Sec. 6.1); ``cli`` is ``python -m transformer_book``.
 
 Around them: ``files`` (atomic writes, UTF-8 lines), ``utils``, ``plotting``, ``diagrams``,
-``cost`` and ``benchmark`` (what the Transformer costs), ``rnn`` (chapter 1's baselines).
+``cost`` and ``benchmark`` (what the Transformer costs), ``rnn`` (chapter 1's baselines),
+``recurrent`` (the recurrent translator the paper measures against, with the same interface).
 """
 
 from importlib import metadata as _metadata
@@ -29,8 +30,14 @@ from transformer_book.attention import (
     fast_scaled_dot_product_attention,
     scaled_dot_product_attention,
 )
-from transformer_book.config import TransformerConfig
-from transformer_book.decode import beam_search, greedy_decode, length_penalty_gnmt, to_lists
+from transformer_book.config import RecurrentConfig, TransformerConfig
+from transformer_book.decode import (
+    EncoderDecoder,
+    beam_search,
+    greedy_decode,
+    length_penalty_gnmt,
+    to_lists,
+)
 from transformer_book.layers import (
     AddNorm,
     Decoder,
@@ -47,6 +54,7 @@ from transformer_book.positional import (
     PositionalEncoding,
     sinusoidal_table,
 )
+from transformer_book.recurrent import RecurrentCache, RecurrentTranslator
 from transformer_book.utils import describe_hardware, expect_error, get_device, set_seed
 
 __all__ = [
@@ -54,6 +62,7 @@ __all__ = [
     "Decoder",
     "DecoderCache",
     "DecoderLayer",
+    "EncoderDecoder",
     "Encoder",
     "EncoderLayer",
     "KVCache",
@@ -61,6 +70,9 @@ __all__ = [
     "MultiHeadAttention",
     "PositionalEncoding",
     "PositionwiseFeedForward",
+    "RecurrentCache",
+    "RecurrentConfig",
+    "RecurrentTranslator",
     "SublayerConnection",
     "Transformer",
     "TransformerConfig",

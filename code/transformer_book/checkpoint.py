@@ -238,11 +238,27 @@ def load_weights_into(model: torch.nn.Module, weights: dict, path) -> None:
     model.load_state_dict(weights)
 
 
+def build_model(config) -> torch.nn.Module:
+    """A new model for ``config``: a :class:`~transformer_book.model.Transformer` for a
+    TransformerConfig, a :class:`~transformer_book.recurrent.RecurrentTranslator` for a
+    RecurrentConfig."""
+    from transformer_book.config import RecurrentConfig
+
+    if isinstance(config, RecurrentConfig):
+        from transformer_book.recurrent import RecurrentTranslator
+
+        return RecurrentTranslator(config)
+    from transformer_book.model import Transformer
+
+    return Transformer(config)
+
+
 def model_from_checkpoint(path: str | os.PathLike, device: torch.device | str | None = None):
     """Rebuild a trained model and its tokenizer from a checkpoint written by :class:`Trainer`.
 
     The checkpoint must hold ``model_config`` and ``extra["tokenizer"]`` (the command line's
-    ``train`` stores both).
+    ``train`` stores both). ``model_config["kind"]`` names the model (``"rnn"``: the recurrent
+    translator); without it (every checkpoint before it existed) the model is a Transformer.
 
     Returns:
         ``(model, tokenizer, state)``; the model is in eval mode on ``device``.
@@ -251,8 +267,7 @@ def model_from_checkpoint(path: str | os.PathLike, device: torch.device | str | 
         FileNotFoundError, CheckpointError: see :func:`load_checkpoint`; also a checkpoint
             without model_config or tokenizer, or whose weights belong to another model.
     """
-    from transformer_book.config import TransformerConfig
-    from transformer_book.model import Transformer
+    from transformer_book.config import MODEL_KINDS, model_config_from_dict
     from transformer_book.tokenizer import SubwordTokenizer
 
     device = get_device(device)
@@ -264,7 +279,13 @@ def model_from_checkpoint(path: str | os.PathLike, device: torch.device | str | 
     if "tokenizer" not in (state.get("extra") or {}):
         raise CheckpointError(f"{path} stores no tokenizer (extra['tokenizer']); use a "
                               "checkpoint written by `python -m transformer_book train`")
-    known = {f.name for f in dataclasses.fields(TransformerConfig)}
+    kind = state["model_config"].get("kind", "transformer")
+    if kind not in MODEL_KINDS:
+        raise CheckpointError(f"{path} holds a model of kind {kind!r}, which this version does "
+                              f"not know; it was written by transformer_book "
+                              f"{state.get('transformer_book_version', 'another version')}: "
+                              "use that version")
+    known = {f.name for f in dataclasses.fields(MODEL_KINDS[kind])}
     unknown = sorted(set(state["model_config"]) - known)
     if unknown:
         raise CheckpointError(f"{path} describes its model with fields this version does not "
@@ -272,10 +293,10 @@ def model_from_checkpoint(path: str | os.PathLike, device: torch.device | str | 
                               f"{state.get('transformer_book_version', 'another version')}: "
                               "use that version")
     try:
-        config = TransformerConfig(**state["model_config"])
+        config = model_config_from_dict(state["model_config"])
     except (TypeError, ValueError) as e:
         raise CheckpointError(f"{path} has an invalid model_config: {e}") from None
-    model = Transformer(config)
+    model = build_model(config)
     load_weights_into(model, state["model"], path)
     model.to(device).eval()
     try:

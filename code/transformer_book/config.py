@@ -5,7 +5,8 @@ The defaults of :class:`TransformerConfig` are the paper's base model (Table 3, 
 presets give the big model and two small ones for CPU runs. Any departure from the paper is a
 flag whose default is the paper's choice. :class:`TrainConfig` does the same for training
 (batches, schedule, label smoothing, checkpoints), and its fields carry the help text and the
-valid values from which the command line builds its ``train`` flags.
+valid values from which the command line builds its ``train`` flags. :class:`RecurrentConfig`
+holds the recurrent translator's (the baseline of Sec. 1 and Table 2, not the paper's model).
 """
 
 from __future__ import annotations
@@ -149,6 +150,98 @@ class TransformerConfig:
         """Not in the paper: for tests and toy tasks such as copying a sequence."""
         defaults = {"d_model": 64, "num_heads": 4, "num_layers": 2, "d_ff": 128, "dropout": 0.0}
         return cls(**{**defaults, **overrides})
+
+
+
+@dataclass(frozen=True)
+class RecurrentConfig:
+    """Not in the paper: the recurrent translator it is measured against (Sec. 1, Table 2).
+
+    The strongest recurrent design of its time at Multi30k scale, built by
+    :class:`transformer_book.recurrent.RecurrentTranslator` (whose docstring gives the sources
+    of each choice): a bidirectional LSTM encoder, an LSTM decoder with global attention and
+    input feeding (Luong et al. 2015), additive scores (Bahdanau et al. 2015; Britz et al. 2017).
+    Presets: :meth:`cpu` (the defaults) and :meth:`tiny`.
+    """
+
+    src_vocab_size: int = 8000  # the book's shared BPE vocabulary on Multi30k
+    tgt_vocab_size: int = 8000  # the same shared vocabulary on the target side
+    d_model: int = 256  # width of the embeddings and of the attentional vector (Luong Eq. 5)
+    # that the (tied) output layer reads; also the d_model of the learning rate's Eq. (3)
+    hidden_size: int = 416  # LSTM width of the decoder and of the encoder's annotations (each
+    # direction has half); 416 makes the cpu preset about as large as TransformerConfig.cpu()
+    num_layers: int = 2  # stacked LSTM layers in the encoder and in the decoder each
+    attention: str = "additive"  # score(h_t, h_s): "additive" (Bahdanau) or "general" (Luong)
+    input_feeding: bool = True  # Luong Sec. 3.3: the last attentional vector joins the input
+    dropout: float = 0.2  # on embeddings, between LSTM layers and on the attentional vector
+    # (non-recurrent connections only, Zaremba et al. 2015)
+    max_len: int = 512  # longest source or target accepted (no positional table; it also caps
+    # the decoding length, as the Transformer's max_len does)
+    pad_id: int = 0  # id of the padding token in both vocabularies
+    share_embeddings: bool = True  # one embedding matrix for source and target
+    tie_output: bool = True  # the output layer reuses the target embedding (Press and Wolf 2017)
+    # which model a checkpoint's model_config describes (TransformerConfig has no such field)
+    kind: str = field(default="rnn", init=False)
+
+    def __post_init__(self) -> None:
+        for name in ("src_vocab_size", "tgt_vocab_size", "d_model", "hidden_size", "num_layers",
+                     "max_len"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if self.hidden_size % 2:
+            raise ValueError(f"hidden_size must be even (each encoder direction has half), got "
+                             f"{self.hidden_size}")
+        if self.attention not in ("additive", "general"):
+            raise ValueError(f"attention must be 'additive' or 'general', got {self.attention!r}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout!r}")
+        if not 0 <= self.pad_id < min(self.src_vocab_size, self.tgt_vocab_size):
+            raise ValueError(f"pad_id ({self.pad_id}) must be a valid id in both vocabularies")
+        if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
+            raise ValueError(f"share_embeddings=True needs one shared vocabulary, but "
+                             f"src_vocab_size={self.src_vocab_size} != tgt_vocab_size="
+                             f"{self.tgt_vocab_size}; use equal sizes or share_embeddings=False")
+
+    def to_dict(self) -> dict:
+        """The fields as a plain dict (for logging and checkpoints), ``kind`` included."""
+        return asdict(self)
+
+    def replace(self, **changes) -> RecurrentConfig:
+        """A copy with some fields changed (``dataclasses.replace``), validated again."""
+        return replace(self, **changes)
+
+    @classmethod
+    def cpu(cls, **overrides) -> RecurrentConfig:
+        """The defaults: embeddings 256, 2 + 2 LSTM layers of 416 (encoder: 208 per direction),
+        about 7.7M parameters with a shared vocabulary of 8,000 (``TransformerConfig.cpu()``:
+        7.6M). Its training recipe is ``TrainConfig.cpu()``, as the Transformer's."""
+        return cls(**overrides)
+
+    @classmethod
+    def tiny(cls, **overrides) -> RecurrentConfig:
+        """For tests and toy tasks."""
+        defaults = {"d_model": 32, "hidden_size": 64, "num_layers": 1, "dropout": 0.0}
+        return cls(**{**defaults, **overrides})
+
+
+#: The model configs a checkpoint's ``model_config`` can describe, by their ``kind``.
+MODEL_KINDS = {"transformer": TransformerConfig, "rnn": RecurrentConfig}
+
+
+def model_config_from_dict(config: dict) -> TransformerConfig | RecurrentConfig:
+    """The config a checkpoint's ``model_config`` describes: its ``kind`` names the class
+    (a dict without one, e.g. from before the recurrent model, is a TransformerConfig).
+
+    Raises:
+        ValueError: an unknown kind, or values the config refuses.
+        TypeError: fields the config does not have.
+    """
+    fields = dict(config)
+    kind = fields.pop("kind", "transformer")
+    if kind not in MODEL_KINDS:
+        raise ValueError(f"unknown model kind {kind!r} (known: {', '.join(MODEL_KINDS)})")
+    return MODEL_KINDS[kind](**fields)
 
 
 # --------------------------------------------------------------------------- training

@@ -2,8 +2,10 @@
 
 The decoder produces one token per step and feeds it back in. With ``use_cache=True`` each step
 runs the decoder on the newest token only, reusing the keys and values of earlier positions
-(:class:`~transformer_book.model.DecoderCache`); the result is the same as re-running the whole
-prefix (``use_cache=False``), only faster.
+(:class:`~transformer_book.model.DecoderCache`), or the recurrent state of
+:class:`~transformer_book.recurrent.RecurrentTranslator`; the result is the same as re-running
+the whole prefix (``use_cache=False``), only faster. Any model with the interface of
+:class:`EncoderDecoder` decodes here, with one algorithm.
 
 Both functions return sequences that start with ``bos_id``; a finished sequence ends with
 ``eos_id`` (greedy pads the rows that finished early with ``config.pad_id``).
@@ -11,15 +13,31 @@ Both functions return sequences that start with ``bos_id``; a finished sequence 
 
 from __future__ import annotations
 
+from typing import Any, Protocol
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from transformer_book.model import Transformer
+
+class EncoderDecoder(Protocol):
+    """What decoding needs of a model (the Transformer and the recurrent translator have it).
+
+    ``new_cache()`` is optional: without it, decoding re-runs the whole prefix at each step.
+    Its cache has ``reorder(index)`` (keep those batch rows, for beam search) and ``len()``.
+    """
+
+    config: Any  # with pad_id, tgt_vocab_size and max_len
+    training: bool
+
+    def encode(self, src: Tensor) -> tuple[Tensor, Tensor]: ...  # memory, src_mask (B,1,1,S)
+
+    def decode(self, tgt: Tensor, memory: Tensor, src_mask: Tensor | None,
+               cache: Any = None) -> Tensor: ...  # logits (B, T, V)
 
 
 def _check_args(
-    model: Transformer, src: Tensor, bos_id: int, eos_id: int, max_new_tokens: int | None
+    model: EncoderDecoder, src: Tensor, bos_id: int, eos_id: int, max_new_tokens: int | None
 ) -> None:
     if not all(hasattr(model, name) for name in ("encode", "decode", "config")):
         raise TypeError(
@@ -44,7 +62,7 @@ def _cache_choice(model, use_cache: bool | None) -> bool:
     return keeps if use_cache is None else use_cache
 
 
-def _length_limits(model: Transformer, src: Tensor, max_new_tokens: int | None) -> list[int]:
+def _length_limits(model: EncoderDecoder, src: Tensor, max_new_tokens: int | None) -> list[int]:
     """New tokens allowed per sentence: ``max_new_tokens``, or the paper's source length + 50
     (Sec. 6.1, counting real source tokens); never past the positional table (BOS takes one)."""
     cap = model.config.max_len - 1
@@ -57,7 +75,7 @@ def _length_limits(model: Transformer, src: Tensor, max_new_tokens: int | None) 
 
 
 def greedy_decode(
-    model: Transformer,
+    model: EncoderDecoder,
     src: Tensor,
     bos_id: int,
     eos_id: int,
@@ -70,7 +88,7 @@ def greedy_decode(
     every sentence has emitted ``eos_id`` or reached its length limit.
 
     Args:
-        model: the Transformer.
+        model: the Transformer, or any :class:`EncoderDecoder`.
         src: source token ids padded with ``model.config.pad_id``.
         bos_id: the token the decoder starts from.
         eos_id: the token that ends a sentence.
@@ -119,7 +137,7 @@ def length_penalty_gnmt(length: int, alpha: float) -> float:
 
 
 def beam_search(
-    model: Transformer,
+    model: EncoderDecoder,
     src: Tensor,
     bos_id: int,
     eos_id: int,
@@ -140,7 +158,7 @@ def beam_search(
     normalised score is log-prob / lp(length limit)).
 
     Args:
-        model: the Transformer.
+        model: the Transformer, or any :class:`EncoderDecoder`.
         src: source token ids padded with ``model.config.pad_id``; sentences are decoded
             together, each with its own beams.
         bos_id, eos_id: start and end tokens.
@@ -175,7 +193,7 @@ def beam_search(
 
 
 def _beam_search(
-    model: Transformer,
+    model: EncoderDecoder,
     src: Tensor,
     bos_id: int,
     eos_id: int,

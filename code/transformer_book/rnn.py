@@ -205,7 +205,7 @@ class AdditiveAttention(nn.Module):
 
 
 class Seq2Seq(nn.Module):
-    """GRU encoder-decoder, with or without attention (Sec. 1 and Sec. 2 of the paper).
+    """Chapter 1's toy GRU encoder-decoder, with or without attention (Sec. 1 and 2).
 
     Without attention (``attention=False``) the decoder sees the source only through the
     encoder's last hidden state, one vector of ``hidden_size`` numbers whatever the source length
@@ -214,10 +214,10 @@ class Seq2Seq(nn.Module):
     next token from both (Bahdanau et al., 2015). Both start the decoder from the encoder's last
     state and use a unidirectional encoder, so the only difference between them is the attention.
 
-    Departure from Bahdanau et al.: the context is computed from the decoder's *current* state
-    ``s_i`` and used at the output, as in Luong et al. (2015), instead of from ``s_{i-1}`` and fed
-    into the GRU. The decoder GRU then does not depend on the context, so teacher-forced
-    training runs it over the whole target in one call, which keeps the chapter fast.
+    Departure from Bahdanau et al.: the context comes from the decoder's *current* state ``s_i``
+    and is used at the output (Luong et al., 2015), so teacher-forced training runs the GRU over
+    the whole target in one call. A toy for fixed-length tasks (no padding, no mask); the book's
+    translator is :class:`transformer_book.recurrent.RecurrentTranslator`.
 
     Args:
         vocab_size: number of token ids (source and target share them).

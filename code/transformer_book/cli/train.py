@@ -1,5 +1,6 @@
-"""``python -m transformer_book train``: train a Transformer as Sec. 5 prescribes, with
-checkpoints, resumable (:class:`~transformer_book.trainer.Trainer` does the training).
+"""``python -m transformer_book train``: train a Transformer as Sec. 5 prescribes (or, with
+``--model rnn``, the recurrent translator it is measured against), with checkpoints,
+resumable (:class:`~transformer_book.trainer.Trainer` does the training).
 
 The training flags come from :class:`~transformer_book.config.TrainConfig`'s fields (their
 help, types and valid values, and whether ``--resume`` may change them); the model's from the
@@ -39,6 +40,8 @@ from transformer_book.config import TrainConfig
 
 PRESETS = ("tiny", "small", "cpu", "base", "big")
 DEFAULT_PRESET, DEFAULT_VOCAB = "small", 8000
+#: --model: the Transformer, or the recurrent translator (RecurrentConfig's presets, default cpu)
+MODELS = {"transformer": PRESETS, "rnn": ("tiny", "cpu")}
 #: The TrainConfig fields `train` has a flag for, and those --resume may change (plus the
 #: device, a flag of every command, and the folder and progress bar, always the command line's).
 TRAIN_FLAGS = config_fields(TrainConfig, flag=True)
@@ -56,8 +59,12 @@ def add_parser(sub) -> None:
                        f"settings (only {', '.join(some)} and {final} may change). Under torchrun, one process "
                        "per GPU (or several CPU processes) trains with DistributedDataParallel; "
                        "see the README.")
+    p.add_argument("--model", choices=tuple(MODELS), help="the Transformer (default), or the "
+                   "recurrent translator (rnn: bidirectional LSTM encoder, LSTM decoder with "
+                   "attention; presets tiny and cpu, default cpu)")
     p.add_argument("--preset", choices=PRESETS,
-                   help=f"TransformerConfig preset (default: {DEFAULT_PRESET}); 'cpu' also sets "
+                   help=f"TransformerConfig preset (default: {DEFAULT_PRESET}; RecurrentConfig's "
+                   "with --model rnn, default cpu); 'cpu' also sets "
                    "the training recipe of TrainConfig.cpu(): 20 minutes on 2 CPU cores, "
                    "over 30 BLEU on test 2016 on the CPUs chapter 8 names")
     p.add_argument("--dropout", type=number_in("[0, 1)"), help="override the preset's dropout")
@@ -101,6 +108,7 @@ def _resume_conflicts(args, state: dict) -> list[str]:
     model, train, extra = state["model_config"], state["train_config"], state.get("extra") or {}
     defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
     run = {
+        "model": model.get("kind", "transformer"),
         "preset": extra.get("preset") or _guess_preset(model),
         "vocab_size": extra.get("vocab_size", model.get("src_vocab_size")),
         **{k: model.get(k) for k in MODEL_FLAGS},
@@ -257,7 +265,7 @@ def _tokenizer(train_split, vocab_size: int, ctx):
 
 
 def _train(args, folder: Path, state: dict | None, ctx, files) -> int:
-    from transformer_book.config import TransformerConfig
+    from transformer_book.config import MODEL_KINDS, model_config_from_dict
     from transformer_book.corpus import prepare_corpus
     from transformer_book.tokenizer import SubwordTokenizer
 
@@ -270,7 +278,13 @@ def _train(args, folder: Path, state: dict | None, ctx, files) -> int:
             return 0
         extra = dict(state["extra"])
     else:
-        preset = args.preset or DEFAULT_PRESET
+        kind = args.model or "transformer"
+        preset = args.preset or ("cpu" if kind == "rnn" else DEFAULT_PRESET)
+        if preset not in MODELS[kind]:
+            raise UsageError(f"--preset {preset}: the recurrent model (--model rnn) has the "
+                             f"presets {' and '.join(MODELS[kind])}")
+        if kind == "rnn" and args.norm_first:
+            raise UsageError("--norm-first: the recurrent model (--model rnn) has no sub-layers")
         base = TrainConfig.cpu() if preset == "cpu" else TrainConfig()
         config = dataclasses.replace(base, **command_line)
         extra = {"train_limit": args.train_limit, "preset": preset,
@@ -280,10 +294,10 @@ def _train(args, folder: Path, state: dict | None, ctx, files) -> int:
     train_split, val_split = load_corpus(args, extra.get("corpus"))
     if state is not None:
         tokenizer = SubwordTokenizer.from_str(state["extra"]["tokenizer"])
-        model_config = TransformerConfig(**state["model_config"])
+        model_config = model_config_from_dict(state["model_config"])
     else:
         tokenizer = _tokenizer(train_split, extra["vocab_size"], ctx)
-        model_config = getattr(TransformerConfig, extra["preset"])(
+        model_config = getattr(MODEL_KINDS[kind], extra["preset"])(
             src_vocab_size=tokenizer.vocab_size, tgt_vocab_size=tokenizer.vocab_size,
             share_embeddings=True, pad_id=tokenizer.pad_id, **given_settings(args, MODEL_FLAGS))
     # tokenised by streaming into compact arrays (2 bytes per token), for corpora of millions
@@ -308,12 +322,12 @@ def _fit(args, folder: Path, state, ctx, config, model_config, train_data, val_d
     import torch
 
     from transformer_book import describe_hardware
-    from transformer_book.model import Transformer
+    from transformer_book.checkpoint import build_model
     from transformer_book.trainer import Trainer
 
     last = folder / "last.pt"
     torch.manual_seed(config.seed)
-    model = Transformer(model_config)
+    model = build_model(model_config)
     trainer = Trainer(model, train_data, config, model_config=model_config, val_data=val_data,
                       extra=extra, distributed=ctx)
     say = ctx.is_main  # rank 0 speaks for all

@@ -1,0 +1,428 @@
+"""Attention against recurrence on Multi30k: the book's Transformer and its recurrent translator
+(bidirectional LSTM encoder, LSTM decoder with attention), trained on equal terms.
+
+Both models go through the same code: the package's training loop (``Trainer``, the cpu recipe
+``TrainConfig.cpu()``: linear schedule to zero when the time budget runs out, label smoothing
+0.1, bf16 where the CPU has bf16 instructions), the same tokenizer (8,000 joint BPE pieces
+learned on the whole training split), the same token-budget batches, greedy decoding on the
+validation set, beam search (beam 4, length penalty 0.6) on test 2016 and cased sacreBLEU. Every
+choice is made on the validation set; test 2016 is scored only in ``final`` and ``datasize``.
+
+Parts (durations on 2 cores of an AMD EPYC; a slower CPU takes longer in the decoding only,
+since training runs for its budget of seconds):
+
+  screen      each model x learning rate (lr factor 0.225, 0.45, 0.9 of Eq. (3): peaks 1e-3,
+              2e-3, 4e-3) x batch size (1,500 or 3,000 padded tokens), 300 s each, then
+              greedy validation BLEU: 12 runs, about 75 minutes
+  dropout     each model's best screening setting again with the other dropout of {0, 0.2}
+              (the Transformer's preset has 0, the recurrent model's 0.2): 2 runs, ~12 minutes
+  final       each model's chosen recipe for 1,150 s (the cpu budget) per seed, validation BLEU
+              every 115 s of training (weights kept in memory, decoded after the run), test
+              2016 with beam 4 at the end: about 24 minutes per run (2 seeds: ~1.6 hours)
+  datasize    both chosen recipes on the first 1k, 3k and 10k training pairs (nested; the
+              tokenizer stays the one learned on all 29k) with budgets of 300, 450 and 750 s,
+              per seed (the 29k point is ``final``): about 55 minutes per seed
+  throughput  target tokens/s of both models' training steps at 1 and 2 threads, 60 s each,
+              two rounds: about 10 minutes
+  collect     merge every run file into rnn_vs_transformer.json (seconds)
+
+Each run writes ``<results>/rnn_vs_transformer/<part>/<run>.json`` and ``<run>.log`` when it
+ends; a run whose file exists is skipped, so an interrupted part resumes with the same command
+(the run that was cut short starts again). ``collect`` then writes
+``<results>/rnn_vs_transformer.json``: every run, each model's chosen recipe, and the summaries
+the chapter reads.
+
+    .venv/bin/python benchmarks/rnn_vs_transformer.py screen --machine cpu-2026-11-24
+    .venv/bin/python benchmarks/rnn_vs_transformer.py final --machine cpu-2026-11-24 --seeds 0 1
+    .venv/bin/python benchmarks/rnn_vs_transformer.py collect --machine cpu-2026-11-24
+    .venv/bin/python benchmarks/rnn_vs_transformer.py screen --quick --machine /tmp/smoke
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import datetime
+import io
+import json
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+from transformer_book import describe_hardware
+from transformer_book.checkpoint import build_model
+from transformer_book.config import RecurrentConfig, TrainConfig, TransformerConfig
+from transformer_book.corpus import prepare_corpus
+from transformer_book.data import load_multi30k
+from transformer_book.evaluation import corpus_bleu, translate
+from transformer_book.files import atomic_write
+from transformer_book.tokenizer import load_or_train_tokenizer
+from transformer_book.trainer import Trainer
+
+RESULTS = Path(__file__).resolve().parent / "results"
+MODELS = ("transformer", "rnn")
+LR_FACTORS = (0.225, 0.45, 0.9)  # x Eq. (3) at the end of a 200-step warm-up: 1e-3, 2e-3, 4e-3
+BATCH_TOKENS = (1500, 3000)
+DROPOUTS = (0.0, 0.2)
+SCREEN_BUDGET = 300.0
+FINAL_BUDGET = 1150.0  # TrainConfig.cpu()'s
+CURVE_EVERY = 115.0  # seconds of training between the final runs' validation BLEU points
+DATASIZE = ((1000, 300.0), (3000, 450.0), (10000, 750.0))  # (training pairs, budget in s)
+THROUGHPUT_SECONDS = 60.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    """One training run: the model, its recipe's free choices, the data and the budget."""
+
+    model: str  # "transformer" (TransformerConfig.cpu()) or "rnn" (RecurrentConfig.cpu())
+    lr_factor: float = 0.45
+    max_tokens: int = 1500
+    dropout: float | None = None  # None: the preset's (Transformer 0, recurrent 0.2)
+    seed: int = 0
+    train_limit: int | None = None  # the first N training pairs; None: all
+    budget: float = SCREEN_BUDGET
+
+    @property
+    def name(self) -> str:
+        drop = "preset" if self.dropout is None else f"{self.dropout:g}"
+        pairs = "all" if self.train_limit is None else str(self.train_limit)
+        return (f"{self.model}_lr{self.lr_factor:g}_tok{self.max_tokens}_drop{drop}"
+                f"_pairs{pairs}_{self.budget:g}s_seed{self.seed}")
+
+    def model_config(self, tokenizer):
+        cls = TransformerConfig if self.model == "transformer" else RecurrentConfig
+        changes = {} if self.dropout is None else {"dropout": self.dropout}
+        return cls.cpu(src_vocab_size=tokenizer.vocab_size, tgt_vocab_size=tokenizer.vocab_size,
+                       share_embeddings=True, pad_id=tokenizer.pad_id, **changes)
+
+    def train_config(self, **changes) -> TrainConfig:
+        return TrainConfig.cpu(lr_factor=self.lr_factor, max_tokens=self.max_tokens,
+                               seed=self.seed, time_budget=self.budget, epochs=100_000,
+                               checkpoint_dir=None, progress=False, log_epochs=True, **changes)
+
+
+class CurveTrainer(Trainer):
+    """The package's training loop, keeping a copy of the weights (in memory, outside the clock's
+    concern: a copy takes milliseconds) each time training crosses ``every`` seconds, so the
+    validation BLEU along the run can be measured after it without pausing it."""
+
+    def __init__(self, *args, every: float | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.every, self.kept = every, []
+
+    def _flags(self) -> tuple[bool, bool]:
+        flags = super()._flags()
+        if self.every and self.elapsed() >= (len(self.kept) + 1) * self.every:
+            weights = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+            self.kept.append({"train_seconds": round(self.elapsed(), 1), "step": self.step,
+                              "passes": round(self.passes(), 3), "weights": weights})
+        return flags
+
+    def passes(self) -> float:
+        """Passes over the training data so far."""
+        return self.epoch + self.batch_in_epoch / self.train_data.num_batches(self.epoch)
+
+    def target_tokens_seen(self) -> int:
+        done = sum(sum(self.train_data.target_tokens(e)) for e in range(self.epoch))
+        return done + sum(self.train_data.target_tokens(self.epoch)[: self.batch_in_epoch])
+
+
+def bleu(model, tokenizer, corpus, beam_size: int = 1) -> tuple[float, str]:
+    """Cased sacreBLEU of the model's translations (greedy, or beam search with Sec. 6.1's
+    length penalty 0.6), and its signature."""
+    model.eval()
+    hyps = translate(model, tokenizer, corpus.src, beam_size=beam_size, length_penalty=0.6,
+                     max_tokens=4096)
+    score, signature = corpus_bleu(hyps, corpus.tgt)
+    return round(score.score, 2), str(signature)
+
+
+def train_one(setting: Setting, data: dict, tokenizer, *, curve_every: float | None = None,
+              test: bool = False, eval_every: int | None = None, validate: bool = True) -> dict:
+    """Train one setting with the package's loop; measure what the record holds."""
+    config = setting.train_config(eval_every=eval_every)
+    model_config = setting.model_config(tokenizer)
+    train = prepare_corpus(tokenizer, data["train"], config.max_tokens, seed=config.seed,
+                           max_len=model_config.max_len - 2, limit=setting.train_limit)
+    val = prepare_corpus(tokenizer, data["val"], config.max_tokens, shuffle=False)
+    torch.manual_seed(config.seed)
+    model = build_model(model_config)
+    trainer = CurveTrainer(model, train, config, model_config=model_config,
+                           val_data=val if validate else None, every=curve_every)
+    start = time.perf_counter()
+    history = trainer.fit()
+    wall = time.perf_counter() - start
+    loss = [v for _, v in history.train_loss]
+    if not loss or not all(map(lambda v: v == v and abs(v) != float("inf"), loss)):
+        raise FloatingPointError(f"{setting.name}: training loss not finite")
+    record = {
+        "setting": dataclasses.asdict(setting), "name": setting.name,
+        "model_config": model_config.to_dict(), "parameters": model.num_parameters(),
+        "training_pairs": len(train), "train_seconds": round(trainer.elapsed(), 1),
+        "wall_seconds": round(wall, 1), "steps": trainer.step,
+        "passes": round(trainer.passes(), 3), "target_tokens": trainer.target_tokens_seen(),
+        "tokens_per_second": round(trainer.target_tokens_seen() / trainer.elapsed()),
+        "tokens_per_second_epochs": [[s, round(v)] for s, v in history.tokens_per_second],
+        "val_loss": [[s, round(v, 4)] for s, v in history.val_loss],
+        "train_loss_last": round(loss[-1], 4), "peak_lr": max(v for _, v in history.lr),
+        "bf16": trainer.amp_dtype == torch.bfloat16, "threads": torch.get_num_threads(),
+    }
+    final = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    if trainer.kept:
+        curve = []
+        for point in trainer.kept:
+            model.load_state_dict(point.pop("weights"))
+            t0 = time.perf_counter()
+            point["val_bleu_greedy"] = bleu(model, tokenizer, data["val"])[0]
+            point["decode_seconds"] = round(time.perf_counter() - t0, 1)
+            curve.append(point)
+            print(f"  {point['train_seconds']:6.0f} s  step {point['step']:5}  "
+                  f"val BLEU {point['val_bleu_greedy']:5.2f}", flush=True)
+        record["val_curve"] = curve
+        model.load_state_dict(final)
+    if validate:
+        t0 = time.perf_counter()
+        record["val_bleu_greedy"], _ = bleu(model, tokenizer, data["val"])
+        record["val_decode_seconds"] = round(time.perf_counter() - t0, 1)
+    if test:
+        t0 = time.perf_counter()
+        record["test2016_bleu_beam4"], record["sacrebleu_signature"] = bleu(
+            model, tokenizer, data["test"], beam_size=4)
+        record["test_decode_seconds"] = round(time.perf_counter() - t0, 1)
+    return record
+
+
+# --------------------------------------------------------------------------- the parts
+
+
+def screen_settings(args) -> list[Setting]:
+    return [Setting(m, lr, tok, budget=args.budget or SCREEN_BUDGET, seed=0)
+            for m in MODELS for lr in LR_FACTORS for tok in BATCH_TOKENS]
+
+
+def best(records: list[dict], model: str) -> dict:
+    """The model's record with the highest validation BLEU (ties: the first)."""
+    mine = [r for r in records if r["setting"]["model"] == model]
+    if not mine:
+        raise SystemExit(f"no screening run of {model} yet: run the screen part first")
+    return max(mine, key=lambda r: r["val_bleu_greedy"])
+
+
+def read_part(folder: Path, part: str) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted((folder / part).glob("*.json"))]
+
+
+def preset_dropout(model: str) -> float:
+    return (TransformerConfig.cpu() if model == "transformer" else RecurrentConfig.cpu()).dropout
+
+
+def dropout_settings(args, folder: Path) -> list[Setting]:
+    out = []
+    for m in MODELS:
+        s = Setting(**best(read_part(folder, "screen"), m)["setting"])
+        other = next(d for d in DROPOUTS if d != preset_dropout(m))
+        out.append(dataclasses.replace(s, dropout=other))
+    return out
+
+
+def chosen(folder: Path, model: str) -> Setting:
+    """The model's recipe chosen on validation BLEU: the best screening run, with the dropout
+    of the dropout part where that scored higher; seed and budget reset."""
+    screened = best(read_part(folder, "screen"), model)
+    candidates = [screened] + [r for r in read_part(folder, "dropout")
+                               if r["setting"]["model"] == model]
+    winner = max(candidates, key=lambda r: r["val_bleu_greedy"])
+    return Setting(**{**winner["setting"], "seed": 0, "budget": FINAL_BUDGET})
+
+
+def final_settings(args, folder: Path) -> list[Setting]:
+    return [dataclasses.replace(chosen(folder, m), seed=s, budget=args.budget or FINAL_BUDGET)
+            for s in args.seeds for m in MODELS]
+
+
+def datasize_settings(args, folder: Path) -> list[Setting]:
+    sizes = DATASIZE if not args.sizes else [(n, b) for n, b in DATASIZE if n in args.sizes]
+    return [dataclasses.replace(chosen(folder, m), seed=s, train_limit=n,
+                                budget=args.budget or b)
+            for s in args.seeds for n, b in sizes for m in MODELS]
+
+
+def run_part(args, part: str, settings: list[Setting], data, tokenizer, folder: Path,
+             **train_kwargs) -> None:
+    out = folder / part
+    out.mkdir(parents=True, exist_ok=True)
+    for i, s in enumerate(settings, 1):
+        path = out / f"{s.name}.json"
+        if path.exists():
+            print(f"[{part} {i}/{len(settings)}] {s.name}: done before, skipped", flush=True)
+            continue
+        print(f"[{part} {i}/{len(settings)}] {s.name}", flush=True)
+        log = io.StringIO()
+        with contextlib.redirect_stdout(Tee(log, sys.stdout)):
+            record = train_one(s, data, tokenizer, **train_kwargs)
+        record.update(part=part, **provenance(args))
+        with atomic_write(out / f"{s.name}.log") as f:
+            f.write(log.getvalue().encode())
+        with atomic_write(path) as f:
+            f.write((json.dumps(record, indent=1) + "\n").encode())
+        test = (f", test {record['test2016_bleu_beam4']:.2f}" if "test2016_bleu_beam4" in record
+                else "")
+        print(f"  -> val BLEU {record.get('val_bleu_greedy', float('nan')):.2f}{test}, "
+              f"{record['steps']} steps, {record['passes']:.2f} passes, "
+              f"{record['tokens_per_second']:,} tok/s", flush=True)
+
+
+def throughput(args, data, tokenizer, folder: Path) -> None:
+    """Target tokens/s of the training steps (no validation), both models at their chosen
+    recipes, 1 and 2 threads, rounds interleaved so that drift on the machine hits both."""
+    out = folder / "throughput"
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "throughput.json"
+    if path.exists():
+        print(f"{path}: done before, skipped")
+        return
+    seconds = args.budget or THROUGHPUT_SECONDS
+    rows, log = [], io.StringIO()
+    with contextlib.redirect_stdout(Tee(log, sys.stdout)):
+        for round_ in range(2):
+            for threads in (2, 1):
+                torch.set_num_threads(threads)
+                for m in MODELS:
+                    s = dataclasses.replace(chosen(folder, m), budget=seconds)
+                    r = train_one(s, data, tokenizer, validate=False)
+                    rows.append({"model": m, "threads": threads, "round": round_,
+                                 "setting": r["setting"], "steps": r["steps"],
+                                 "train_seconds": r["train_seconds"],
+                                 "tokens_per_second": r["tokens_per_second"],
+                                 "bf16": r["bf16"]})
+                    print(f"round {round_} {threads} thread(s) {m}: "
+                          f"{r['tokens_per_second']:,} tok/s", flush=True)
+    torch.set_num_threads(args.threads)
+    record = {"part": "throughput", "seconds_each": seconds, "rows": rows, **provenance(args)}
+    with atomic_write(out / "throughput.log") as f:
+        f.write(log.getvalue().encode())
+    with atomic_write(path) as f:
+        f.write((json.dumps(record, indent=1) + "\n").encode())
+
+
+def spread(values: list[float]) -> dict:
+    return {"mean": round(statistics.fmean(values), 2), "min": min(values), "max": max(values),
+            "n": len(values)}
+
+
+def collect(args, folder: Path) -> dict:
+    """Every run, each model's chosen recipe, and the summaries the chapter reads."""
+    parts = {p: read_part(folder, p) for p in ("screen", "dropout", "final", "datasize")}
+    out = {"description": __doc__.split("\n\n")[0], "machine": folder.name, "runs": parts}
+    tp = folder / "throughput" / "throughput.json"
+    if tp.exists():
+        out["throughput"] = json.loads(tp.read_text())
+    if parts["screen"]:
+        out["chosen"] = {m: dataclasses.asdict(chosen(folder, m)) for m in MODELS
+                         if any(r["setting"]["model"] == m for r in parts["screen"])}
+    summary = {}
+    for m in MODELS:
+        finals = [r for r in parts["final"] if r["setting"]["model"] == m]
+        if finals:
+            summary[m] = {k: spread([r[k] for r in finals]) for k in
+                          ("test2016_bleu_beam4", "val_bleu_greedy", "tokens_per_second",
+                           "steps", "passes")}
+            summary[m]["parameters"] = finals[0]["parameters"]
+    out["final_summary"] = summary
+    sizes = {}
+    for r in parts["datasize"] + parts["final"]:
+        key = f"{r['setting']['model']}/{r['training_pairs']}"
+        sizes.setdefault(key, []).append(r["test2016_bleu_beam4"])
+    out["datasize_summary"] = {k: spread(v) for k, v in sorted(sizes.items())}
+    path = folder.parent / f"{folder.name}.json" if args.quick else (
+        folder.parent / "rnn_vs_transformer.json")
+    with atomic_write(path) as f:
+        f.write((json.dumps(out, indent=1) + "\n").encode())
+    print(f"wrote {path}")
+    return out
+
+
+# --------------------------------------------------------------------------- plumbing
+
+
+class Tee(io.TextIOBase):
+    def __init__(self, *streams):
+        self.streams = streams
+
+    def write(self, text: str) -> int:
+        for s in self.streams:
+            s.write(text)
+        return len(text)
+
+    def flush(self) -> None:
+        for s in self.streams:
+            s.flush()
+
+
+def provenance(args) -> dict:
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True, cwd=Path(__file__).parent, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        commit = None
+    return {"date": datetime.date.today().isoformat(), "device": describe_hardware("cpu"),
+            "torch": torch.__version__, "commit": commit, "note": args.note,
+            "command": "python " + shlex.join([sys.argv[0], *args.argv])}
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                epilog=__doc__.split("\n\n", 1)[1],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("part", choices=("screen", "dropout", "final", "datasize", "throughput",
+                                    "collect"))
+    p.add_argument("--machine", required=True,
+                   help="results folder under benchmarks/results (e.g. cpu-2026-11-24), or a path")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    p.add_argument("--sizes", type=int, nargs="+", default=None,
+                   help="datasize: only these subset sizes (of 1000 3000 10000)")
+    p.add_argument("--budget", type=float, default=None,
+                   help="seconds per run instead of the part's own (for trying the script)")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--data-dir", default=None, help="Multi30k files (default: $MULTI30K_DIR)")
+    p.add_argument("--note", default="", help="what else ran on the machine, for the record")
+    p.add_argument("--quick", action="store_true",
+                   help="a smoke test: 400 training pairs, 20 validation and test sentences, "
+                   "10 s per run")
+    args = p.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
+    torch.set_num_threads(args.threads)
+    machine = Path(args.machine)
+    folder = (machine if machine.is_absolute() else RESULTS / machine) / "rnn_vs_transformer"
+    if args.part == "collect":
+        collect(args, folder)
+        return
+    data = {split: load_multi30k(name, args.data_dir) for split, name in
+            (("train", "train"), ("val", "val"), ("test", "test_2016_flickr"))}
+    tokenizer = load_or_train_tokenizer(data["train"], vocab_size=8000)  # on all 29k pairs
+    if args.quick:
+        data = {k: dataclasses.replace(v, src=v.src[:n], tgt=v.tgt[:n])
+                for (k, v), n in zip(data.items(), (400, 20, 20), strict=True)}
+        args.budget = args.budget or 10.0
+    if args.part == "screen":
+        run_part(args, "screen", screen_settings(args), data, tokenizer, folder)
+    elif args.part == "dropout":
+        run_part(args, "dropout", dropout_settings(args, folder), data, tokenizer, folder)
+    elif args.part == "final":
+        run_part(args, "final", final_settings(args, folder), data, tokenizer, folder,
+                 curve_every=(args.budget or FINAL_BUDGET) / 10, test=True)
+    elif args.part == "datasize":
+        run_part(args, "datasize", datasize_settings(args, folder), data, tokenizer, folder,
+                 test=True, eval_every=50)
+    else:
+        throughput(args, data, tokenizer, folder)
+
+
+if __name__ == "__main__":
+    main()
