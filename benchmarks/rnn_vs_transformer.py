@@ -18,10 +18,13 @@ since training runs for its budget of seconds):
               (the Transformer's preset has 0, the recurrent model's 0.2): 2 runs, ~12 minutes
   final       each model's chosen recipe for 1,150 s (the cpu budget) per seed, validation BLEU
               every 115 s of training (weights kept in memory, decoded after the run), test
-              2016 with beam 4 at the end: about 24 minutes per run (2 seeds: ~1.6 hours)
+              2016 with beam 4 at the end, 8 validation sentences' translations and attention
+              weights: about 24 minutes per run (2 seeds: ~1.6 hours)
   datasize    both chosen recipes on the first 1k, 3k and 10k training pairs (nested; the
-              tokenizer stays the one learned on all 29k) with budgets of 300, 450 and 750 s,
-              per seed (the 29k point is ``final``): about 55 minutes per seed
+              tokenizer stays the one learned on all 29k) with budgets of 240, 360 and 600 s,
+              per seed (the 29k point is ``final``); validation BLEU after every fifth of the
+              budget, and test 2016 scored once, with the weights whose validation BLEU was
+              highest (early stopping): about 45 minutes per seed
   throughput  target tokens/s of both models' training steps at 1 and 2 threads, 60 s each,
               two rounds: about 10 minutes
   collect     merge every run file into rnn_vs_transformer.json (seconds)
@@ -55,10 +58,12 @@ from pathlib import Path
 
 import torch
 from transformer_book import describe_hardware
+from transformer_book.batching import collate
 from transformer_book.checkpoint import build_model
 from transformer_book.config import RecurrentConfig, TrainConfig, TransformerConfig
 from transformer_book.corpus import prepare_corpus
 from transformer_book.data import load_multi30k
+from transformer_book.decode import greedy_decode
 from transformer_book.evaluation import corpus_bleu, translate
 from transformer_book.files import atomic_write
 from transformer_book.tokenizer import load_or_train_tokenizer
@@ -71,8 +76,7 @@ BATCH_TOKENS = (1500, 3000)
 DROPOUTS = (0.0, 0.2)
 SCREEN_BUDGET = 300.0
 FINAL_BUDGET = 1150.0  # TrainConfig.cpu()'s
-CURVE_EVERY = 115.0  # seconds of training between the final runs' validation BLEU points
-DATASIZE = ((1000, 300.0), (3000, 450.0), (10000, 750.0))  # (training pairs, budget in s)
+DATASIZE = ((1000, 240.0), (3000, 360.0), (10000, 600.0))  # (training pairs, budget in s)
 THROUGHPUT_SECONDS = 60.0
 
 
@@ -95,6 +99,13 @@ class Setting:
         return (f"{self.model}_lr{self.lr_factor:g}_tok{self.max_tokens}_drop{drop}"
                 f"_pairs{pairs}_{self.budget:g}s_seed{self.seed}")
 
+    @property
+    def epochs(self) -> int:
+        """An upper bound the time budget always reaches first: TrainConfig.cpu()'s 30 passes
+        over all 29k pairs, more on a subset (the linear schedule's step count is computed over
+        them once, inside the budget: not a large number)."""
+        return 30 if self.train_limit is None else -(-30 * 29_000 // self.train_limit)
+
     def model_config(self, tokenizer):
         cls = TransformerConfig if self.model == "transformer" else RecurrentConfig
         changes = {} if self.dropout is None else {"dropout": self.dropout}
@@ -103,7 +114,7 @@ class Setting:
 
     def train_config(self, **changes) -> TrainConfig:
         return TrainConfig.cpu(lr_factor=self.lr_factor, max_tokens=self.max_tokens,
-                               seed=self.seed, time_budget=self.budget, epochs=100_000,
+                               seed=self.seed, time_budget=self.budget, epochs=self.epochs,
                                checkpoint_dir=None, progress=False, log_epochs=True, **changes)
 
 
@@ -118,7 +129,8 @@ class CurveTrainer(Trainer):
 
     def _flags(self) -> tuple[bool, bool]:
         flags = super()._flags()
-        if self.every and self.elapsed() >= (len(self.kept) + 1) * self.every:
+        mark = (len(self.kept) + 1) * (self.every or 0)
+        if self.every and mark < self.config.time_budget and self.elapsed() >= mark:
             weights = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
             self.kept.append({"train_seconds": round(self.elapsed(), 1), "step": self.step,
                               "passes": round(self.passes(), 3), "weights": weights})
@@ -143,9 +155,41 @@ def bleu(model, tokenizer, corpus, beam_size: int = 1) -> tuple[float, str]:
     return round(score.score, 2), str(signature)
 
 
-def train_one(setting: Setting, data: dict, tokenizer, *, curve_every: float | None = None,
-              test: bool = False, eval_every: int | None = None, validate: bool = True) -> dict:
-    """Train one setting with the package's loop; measure what the record holds."""
+def examples(model, tokenizer, corpus, count: int) -> list[dict]:
+    """The first ``count`` sentences of ``corpus`` (validation): source and output subwords, the
+    greedy translation, the reference, and the cross-attention weights of every output position
+    (the decoder re-run on its own output): per decoder layer and head for the Transformer,
+    one alignment for the recurrent model; rounded to 3 decimals."""
+    model.eval()
+    out = []
+    with torch.no_grad():
+        for text, ref in zip(corpus.src[:count], corpus.tgt[:count], strict=True):
+            ids = tokenizer.encode(text)
+            src = collate([ids], [[]], pad_id=tokenizer.pad_id, bos_id=tokenizer.bos_id,
+                          eos_id=tokenizer.eos_id).src
+            hyp = greedy_decode(model, src, tokenizer.bos_id, tokenizer.eos_id)  # (1, 1 + T)
+            _, weights = model(src, hyp[:, :-1], need_weights=True)
+            cross = torch.stack([w[0] for w in weights["decoder_cross"]])  # (L, heads, T, S)
+            out.append({
+                "source": text, "reference": ref,
+                "translation": tokenizer.decode(hyp[0].tolist()),
+                "source_pieces": [tokenizer.backend.id_to_token(i) for i in src[0].tolist()],
+                "output_pieces": [tokenizer.backend.id_to_token(i) for i in hyp[0, 1:].tolist()],
+                "cross_attention": cross.float().round(decimals=3).tolist(),
+            })
+    return out
+
+
+def train_one(setting: Setting, data: dict, tokenizer, *, curve_points: int = 0,
+              test: bool = False, eval_every: int | None = None, validate: bool = True,
+              keep: int = 0, weights_dir: Path | None = None, select_best: bool = False
+              ) -> dict:
+    """Train one setting with the package's loop; measure what the record holds. ``keep``:
+    ``curve_points``: measure the validation BLEU
+    after every 1/``curve_points`` of the budget (weights kept during the run, decoded after it);
+    ``keep``: store that many validation examples (:func:`examples`); ``weights_dir``: save the final
+    weights there (``<run name>.pt``, not part of the record); ``select_best``: test the weights
+    (of the curve's points and the final ones) with the best validation BLEU."""
     config = setting.train_config(eval_every=eval_every)
     model_config = setting.model_config(tokenizer)
     train = prepare_corpus(tokenizer, data["train"], config.max_tokens, seed=config.seed,
@@ -154,7 +198,8 @@ def train_one(setting: Setting, data: dict, tokenizer, *, curve_every: float | N
     torch.manual_seed(config.seed)
     model = build_model(model_config)
     trainer = CurveTrainer(model, train, config, model_config=model_config,
-                           val_data=val if validate else None, every=curve_every)
+                           val_data=val if validate else None,
+                           every=setting.budget / curve_points if curve_points else None)
     start = time.perf_counter()
     history = trainer.fit()
     wall = time.perf_counter() - start
@@ -176,8 +221,10 @@ def train_one(setting: Setting, data: dict, tokenizer, *, curve_every: float | N
     final = {k: v.detach().clone() for k, v in model.state_dict().items()}
     if trainer.kept:
         curve = []
+        trainer_weights = []
         for point in trainer.kept:
-            model.load_state_dict(point.pop("weights"))
+            trainer_weights.append(point.pop("weights"))
+            model.load_state_dict(trainer_weights[-1])
             t0 = time.perf_counter()
             point["val_bleu_greedy"] = bleu(model, tokenizer, data["val"])[0]
             point["decode_seconds"] = round(time.perf_counter() - t0, 1)
@@ -190,6 +237,20 @@ def train_one(setting: Setting, data: dict, tokenizer, *, curve_every: float | N
         t0 = time.perf_counter()
         record["val_bleu_greedy"], _ = bleu(model, tokenizer, data["val"])
         record["val_decode_seconds"] = round(time.perf_counter() - t0, 1)
+    if select_best and trainer.kept:  # early stopping on validation BLEU (the final weights too)
+        points = [*record["val_curve"], {"train_seconds": record["train_seconds"], "step": trainer.step,
+                           "val_bleu_greedy": record["val_bleu_greedy"], "final": True}]
+        pick = max(range(len(points)), key=lambda i: points[i]["val_bleu_greedy"])
+        record["selected"] = {k: points[pick][k] for k in ("train_seconds", "step",
+                                                           "val_bleu_greedy")}
+        if pick < len(trainer_weights):
+            model.load_state_dict(trainer_weights[pick])
+    if keep:
+        record["examples"] = examples(model, tokenizer, data["val"], keep)
+    if weights_dir is not None:
+        weights_dir.mkdir(parents=True, exist_ok=True)
+        torch.save({"model_config": model_config.to_dict(), "model": final,
+                    "tokenizer": tokenizer.to_str()}, weights_dir / f"{setting.name}.pt")
     if test:
         t0 = time.perf_counter()
         record["test2016_bleu_beam4"], record["sacrebleu_signature"] = bleu(
@@ -390,6 +451,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--budget", type=float, default=None,
                    help="seconds per run instead of the part's own (for trying the script)")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--weights-dir", type=Path, default=None,
+                   help="final: also save each run's final weights here (not in the results)")
     p.add_argument("--data-dir", default=None, help="Multi30k files (default: $MULTI30K_DIR)")
     p.add_argument("--note", default="", help="what else ran on the machine, for the record")
     p.add_argument("--quick", action="store_true",
@@ -416,10 +479,11 @@ def main(argv: list[str] | None = None) -> None:
         run_part(args, "dropout", dropout_settings(args, folder), data, tokenizer, folder)
     elif args.part == "final":
         run_part(args, "final", final_settings(args, folder), data, tokenizer, folder,
-                 curve_every=(args.budget or FINAL_BUDGET) / 10, test=True)
+                 curve_points=10, test=True, keep=8,
+                 weights_dir=args.weights_dir)
     elif args.part == "datasize":
         run_part(args, "datasize", datasize_settings(args, folder), data, tokenizer, folder,
-                 test=True, eval_every=50)
+                 test=True, eval_every=50, curve_points=5, select_best=True)
     else:
         throughput(args, data, tokenizer, folder)
 
