@@ -13,7 +13,9 @@ since training runs for its budget of seconds):
 
   screen      each model x learning rate (lr factor 0.225, 0.45, 0.9 of Eq. (3): peaks 1e-3,
               2e-3, 4e-3) x batch size (1,500 or 3,000 padded tokens), 300 s each, then
-              greedy validation BLEU: 12 runs, about 75 minutes
+              greedy validation BLEU: 12 runs, about 70 minutes; where a model's best rate
+              is the grid's highest (lowest), the rate doubled (halved) at the best run's
+              batch size, up to twice: 6 minutes a run
   dropout     each model's best screening setting again with the other dropout of {0, 0.2}
               (the Transformer's preset has 0, the recurrent model's 0.2): 2 runs, ~12 minutes
   final       each model's chosen recipe for 1,150 s (the cpu budget) per seed, validation BLEU
@@ -25,8 +27,8 @@ since training runs for its budget of seconds):
               per seed (the 29k point is ``final``); validation BLEU after every fifth of the
               budget, and test 2016 scored once, with the weights whose validation BLEU was
               highest (early stopping): about 45 minutes per seed
-  throughput  target tokens/s of both models' training steps at 1 and 2 threads, 60 s each,
-              two rounds: about 10 minutes
+  throughput  target tokens/s of both models' training steps at 1 and 2 threads (and of the
+              recurrent model without input feeding), 60 s each, two rounds: about 13 minutes
   collect     merge every run file into rnn_vs_transformer.json (seconds)
 
 Each run writes ``<results>/rnn_vs_transformer/<part>/<run>.json`` and ``<run>.log`` when it
@@ -91,13 +93,15 @@ class Setting:
     seed: int = 0
     train_limit: int | None = None  # the first N training pairs; None: all
     budget: float = SCREEN_BUDGET
+    input_feeding: bool = True  # the recurrent model's (Luong et al. Sec. 3.3)
 
     @property
     def name(self) -> str:
         drop = "preset" if self.dropout is None else f"{self.dropout:g}"
         pairs = "all" if self.train_limit is None else str(self.train_limit)
         return (f"{self.model}_lr{self.lr_factor:g}_tok{self.max_tokens}_drop{drop}"
-                f"_pairs{pairs}_{self.budget:g}s_seed{self.seed}")
+                f"_pairs{pairs}_{self.budget:g}s_seed{self.seed}"
+                + ("" if self.input_feeding else "_nofeed"))
 
     @property
     def epochs(self) -> int:
@@ -109,6 +113,8 @@ class Setting:
     def model_config(self, tokenizer):
         cls = TransformerConfig if self.model == "transformer" else RecurrentConfig
         changes = {} if self.dropout is None else {"dropout": self.dropout}
+        if not self.input_feeding:
+            changes["input_feeding"] = False
         return cls.cpu(src_vocab_size=tokenizer.vocab_size, tgt_vocab_size=tokenizer.vocab_size,
                        share_embeddings=True, pad_id=tokenizer.pad_id, **changes)
 
@@ -267,6 +273,24 @@ def screen_settings(args) -> list[Setting]:
             for m in MODELS for lr in LR_FACTORS for tok in BATCH_TOKENS]
 
 
+def extensions(folder: Path, args) -> list[Setting]:
+    """Where a model's best screening run has the grid's highest (or lowest) learning rate, the
+    optimum may lie beyond it: the next doubling (or halving), at that run's batch size, for
+    that model. Empty when every model's best rate is inside its grid."""
+    out = []
+    for m in MODELS:
+        records = [r for r in read_part(folder, "screen") if r["setting"]["model"] == m]
+        rates = sorted({r["setting"]["lr_factor"] for r in records})
+        winner = best(records, m)["setting"]
+        top = winner["lr_factor"]
+        if top not in (rates[0], rates[-1]):
+            continue
+        lr = top * 2 if top == rates[-1] else top / 2
+        out.append(Setting(m, lr, winner["max_tokens"], budget=args.budget or SCREEN_BUDGET,
+                           seed=0))
+    return out
+
+
 def best(records: list[dict], model: str) -> dict:
     """The model's record with the highest validation BLEU (ties: the first)."""
     mine = [r for r in records if r["setting"]["model"] == model]
@@ -341,7 +365,8 @@ def run_part(args, part: str, settings: list[Setting], data, tokenizer, folder: 
 
 def throughput(args, data, tokenizer, folder: Path) -> None:
     """Target tokens/s of the training steps (no validation), both models at their chosen
-    recipes, 1 and 2 threads, rounds interleaved so that drift on the machine hits both."""
+    recipes (and the recurrent one without input feeding), 1 and 2 threads, two rounds
+    interleaved so that drift on the machine hits every model alike."""
     out = folder / "throughput"
     out.mkdir(parents=True, exist_ok=True)
     path = out / "throughput.json"
@@ -354,9 +379,11 @@ def throughput(args, data, tokenizer, folder: Path) -> None:
         for round_ in range(2):
             for threads in (2, 1):
                 torch.set_num_threads(threads)
-                for m in MODELS:
-                    s = dataclasses.replace(chosen(folder, m), budget=seconds)
+                for m, feeding in (("transformer", True), ("rnn", True), ("rnn", False)):
+                    s = dataclasses.replace(chosen(folder, m), budget=seconds,
+                                            input_feeding=feeding)
                     r = train_one(s, data, tokenizer, validate=False)
+                    m = m if feeding else "rnn_no_input_feeding"
                     rows.append({"model": m, "threads": threads, "round": round_,
                                  "setting": r["setting"], "steps": r["steps"],
                                  "train_seconds": r["train_seconds"],
@@ -401,8 +428,7 @@ def collect(args, folder: Path) -> dict:
         key = f"{r['setting']['model']}/{r['training_pairs']}"
         sizes.setdefault(key, []).append(r["test2016_bleu_beam4"])
     out["datasize_summary"] = {k: spread(v) for k, v in sorted(sizes.items())}
-    path = folder.parent / f"{folder.name}.json" if args.quick else (
-        folder.parent / "rnn_vs_transformer.json")
+    path = folder.parent / "rnn_vs_transformer.json"
     with atomic_write(path) as f:
         f.write((json.dumps(out, indent=1) + "\n").encode())
     print(f"wrote {path}")
@@ -456,7 +482,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--data-dir", default=None, help="Multi30k files (default: $MULTI30K_DIR)")
     p.add_argument("--note", default="", help="what else ran on the machine, for the record")
     p.add_argument("--quick", action="store_true",
-                   help="a smoke test: 400 training pairs, 20 validation and test sentences, "
+                   help="a smoke test: 400 training pairs, 8 validation and test sentences, "
                    "10 s per run")
     args = p.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
@@ -471,10 +497,15 @@ def main(argv: list[str] | None = None) -> None:
     tokenizer = load_or_train_tokenizer(data["train"], vocab_size=8000)  # on all 29k pairs
     if args.quick:
         data = {k: dataclasses.replace(v, src=v.src[:n], tgt=v.tgt[:n])
-                for (k, v), n in zip(data.items(), (400, 20, 20), strict=True)}
+                for (k, v), n in zip(data.items(), (400, 8, 8), strict=True)}
         args.budget = args.budget or 10.0
     if args.part == "screen":
         run_part(args, "screen", screen_settings(args), data, tokenizer, folder)
+        for _ in range(2):  # at most two steps beyond the grid
+            more = extensions(folder, args)
+            if not more:
+                break
+            run_part(args, "screen", more, data, tokenizer, folder)
     elif args.part == "dropout":
         run_part(args, "dropout", dropout_settings(args, folder), data, tokenizer, folder)
     elif args.part == "final":

@@ -64,7 +64,8 @@ def _cache_choice(model, use_cache: bool | None) -> bool:
 
 def _length_limits(model: EncoderDecoder, src: Tensor, max_new_tokens: int | None) -> list[int]:
     """New tokens allowed per sentence: ``max_new_tokens``, or the paper's source length + 50
-    (Sec. 6.1, counting real source tokens); never past the positional table (BOS takes one)."""
+    (Sec. 6.1, counting real source tokens); never past ``config.max_len`` (the Transformer's
+    positional table; BOS takes one)."""
     cap = model.config.max_len - 1
     if cap < 1:
         raise ValueError("max_len must be at least 2 to decode (BOS plus one token)")

@@ -99,6 +99,8 @@ class Transformer(nn.Module):
 
     # ---- input checks -------------------------------------------------------------------
 
+    _max_len_is = "the positional table"  # what max_len bounds, for the error message
+
     def _check_tokens(self, tokens: Tensor, name: str, vocab_size: int, offset: int = 0) -> None:
         if not isinstance(tokens, Tensor):
             raise TypeError(
@@ -118,7 +120,7 @@ class Transformer(nn.Module):
         if offset + T > self.config.max_len:
             raise ValueError(
                 f"{name} reaches position {offset + T}, longer than max_len={self.config.max_len} "
-                "(the positional table); truncate it or use a config with a larger max_len"
+                f"({self._max_len_is}); truncate it or use a config with a larger max_len"
             )
         if not self.check_token_ids or torch.compiler.is_compiling():
             return  # the ids were validated before they reached the device (see __init__)

@@ -1,46 +1,54 @@
 """Sec. 1 and Table 2: the recurrent translator the Transformer is measured against.
 
-The paper compares the Transformer with "recurrent ... and convolutional" systems (Table 2).
-:class:`RecurrentTranslator` is the strongest recurrent design of that time at Multi30k scale,
-built from chapter 1's pieces, and it has the Transformer's interface, so that the book's
-training step, loss, checkpoints, command line, greedy decoding and beam search
-(:mod:`transformer_book.decode`) serve it unchanged:
+The paper measures the Transformer against "architectures based on recurrent or convolutional
+layers" (Sec. 7; Table 2 lists such systems). :class:`RecurrentTranslator` is a recurrent design
+of that time, each choice backed by the sources below (Britz et al. 2017 compared several on
+WMT English-German), sized for Multi30k and built from chapter 1's pieces. It has the
+Transformer's interface, so that the book's training step, loss, checkpoints, command line,
+greedy decoding and beam search (:mod:`transformer_book.decode`) serve it unchanged:
 
 - ``forward(src, tgt_in) -> logits (B, T, V)``;
 - ``encode(src) -> (memory, src_mask)``, ``src_mask`` the book's (B, 1, 1, S), True = real token;
 - ``decode(tgt, memory, src_mask, cache=None) -> logits (B, T, V)``: with a :class:`RecurrentCache`
   from ``new_cache()``, only the new tokens, as the Transformer's key/value cache does.
 
-Each choice, and its source:
+Each choice, and its source (Britz et al.'s numbers: mean BLEU of their runs on newstest2013,
+their validation set):
 
-- **LSTM, not GRU.** Britz et al. (2017, Sec. 4.2): "In our experiments, LSTM cells consistently
-  outperformed GRU cells" (22.22 against 21.78 BLEU on newstest2013, their Table 3).
+- **LSTM, not GRU.** Britz et al. (2017), on the RNN cell variant: "In our experiments, LSTM
+  cells consistently outperformed GRU cells" (22.22 against 21.78).
 - **A bidirectional encoder.** Bahdanau et al. (2015, Sec. 3.2): "we would like the annotation of
   each word to summarize not only the preceding words, but also the following words. Hence, we
   propose to use a bidirectional RNN"; Britz et al. found bidirectional encoders better than
-  unidirectional ones, "but not by a large margin" (Bidi-2 21.78, Uni-2 20.98).
+  unidirectional ones, "but not by a large margin" (Bidi-2 21.78, Uni-2 20.98; Uni-2 reading
+  the source reversed 21.76).
 - **Global attention with input feeding** (Luong et al. 2015, Sec. 3.1 and 3.3): the decoder's
   current state h_t attends over all encoder states, the attentional vector
   h~_t = tanh(W_c [c_t; h_t]) (their Eq. 5) feeds the output layer, and "attentional vectors
-  h~_t are concatenated with inputs at the next time steps" (input feeding), worth +1.0 BLEU in
-  their Table 1. Britz et al.'s code (google/seq2seq, ``AttentionDecoder``) has the same
-  structure. Input feeding makes each target step wait for the previous one's attention, so the
-  decoder runs one step at a time even in training; ``input_feeding=False`` runs the whole
-  target through the LSTM in one call (chapter 1's ``Seq2Seq`` does that).
+  h~_t are concatenated with inputs at the next time steps" (input feeding), worth +1.3 BLEU in
+  their Table 1 (English-German, newstest2014; +1.0 for German-English, Table 3). Britz et al.'s
+  code (google/seq2seq, ``AttentionDecoder``) also sends tanh(W [h_t; c_t]) to the output layer,
+  but passes the context vector c_t, not h~_t, to the next step's input. Input feeding makes
+  each target step wait for the previous one's attention, so the decoder runs one step at a
+  time even in training; ``input_feeding=False`` runs the whole target through the LSTM in one
+  call (chapter 1's ``Seq2Seq`` does that).
 - **Additive scores** (``attention="additive"``, chapter 1's
-  :class:`~transformer_book.rnn.AdditiveAttention`, Bahdanau et al.'s form): Britz et al.:
-  "Parameterized additive attention yielded the overall best results" (Add-512 22.47,
-  Mul-512 21.78; at 256 dimensions the two tied at 22.33). ``attention="general"`` is Luong et
-  al.'s h_t^T W_a h_s (Luong et al. found dot/general better than their concat form, which they
-  note they had simplified).
+  :class:`~transformer_book.rnn.AdditiveAttention`, Bahdanau et al.'s form, scoring the current
+  h_t as Britz et al. do): Britz et al.'s conclusion: "Parameterized additive attention yielded
+  the overall best results" (Add-512 22.47, Mul-512 21.78; at 256 dimensions both 22.33).
+  ``attention="general"`` is Luong et al.'s h_t^T W_a h_s (Luong et al., Sec. 5.3: their concat
+  form, with W_a simplified, "does not yield good performances"; dot suited global attention,
+  general local attention).
 - **The first decoder state** comes from the source, as Bahdanau et al.'s s_0 = tanh(W_s <-h_1)
-  (App. A.2): here tanh(W_s [->h_S; <-h_1]), both directions' summary of the whole sentence, one
-  per decoder layer; the LSTM cells start at zero.
-- **Sharing**: one embedding matrix for source and target, and the output layer reuses it
-  (Press and Wolf 2017), as the book's Transformer does; W_c maps to d_model, so the shapes fit.
-- **Dropout** on the embeddings, between stacked LSTM layers and on h~_t: the non-recurrent
-  connections only (Zaremba et al. 2015). Parameters start uniform in [-0.1, 0.1]
-  (Luong et al., Sec. 4.1).
+  (App. A.2.2): here tanh(W_s [->h_S; <-h_1]), both directions' summary of the whole sentence,
+  one per decoder layer; the LSTM cells start at zero.
+- **Sharing**: one embedding matrix for source and target, and the output layer reuses it, as
+  the book's Transformer does; Press and Wolf (2017) tie all three in translation models with a
+  shared subword vocabulary. W_c maps to d_model, so the shapes fit.
+- **Dropout** on the embeddings, between stacked LSTM layers and on h~_t, none on the LSTMs'
+  recurrent connections: Zaremba et al. (2014) "apply the dropout operator only to the
+  non-recurrent connections". (With input feeding, the dropped-out h~_t is also the next step's
+  extra input.) Parameters start uniform in [-0.1, 0.1] (Luong et al., Sec. 4.1).
 
 Padding: the sources are packed (:func:`~torch.nn.utils.rnn.pack_padded_sequence`), so each
 direction reads only the real tokens (the backward LSTM starts at the last real token, not at
@@ -155,6 +163,7 @@ class RecurrentTranslator(nn.Module):
     # The Transformer's checks of token ids (integers, (B, length), not empty, at most max_len
     # positions, inside the vocabulary) and its parameter count, each shared tensor once.
     _check_tokens = Transformer._check_tokens
+    _max_len_is = "the longest sequence this config accepts"
     num_parameters = Transformer.num_parameters
 
     def __init__(self, config: RecurrentConfig):
@@ -215,7 +224,7 @@ class RecurrentTranslator(nn.Module):
     def _start(self, cache: RecurrentCache, memory: Tensor, src_mask: Tensor,
                dtype: torch.dtype) -> None:
         """Fill an empty cache: the first decoder state tanh(W_s [->h_S; <-h_1]) (Bahdanau et
-        al. App. A.2 use <-h_1 alone), zero cells, a zero h~ to feed, the attention keys. The
+        al., App. A.2.2, use <-h_1 alone), zero cells, a zero h~ to feed, the attention keys. The
         state takes the embeddings' ``dtype`` (under autocast, W_s's output may be bf16)."""
         B, _, H = memory.shape
         half, L = H // 2, self.config.num_layers
