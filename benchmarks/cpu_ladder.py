@@ -1,4 +1,4 @@
-"""The CPU ladder and profile of chapter 10: what each change of the CPU speed run buys, on real
+"""The CPU ladder and profile of chapter 11: what each change of the CPU speed run buys, on real
 Multi30k batches of the cpu recipe, and where a training step's time goes.
 
 The ladder (``transformer_book.benchmark.cpu_ladder``): fp32 on 1 thread -> 2 threads -> bf16

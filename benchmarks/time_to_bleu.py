@@ -95,7 +95,7 @@ def from_presets(name: str, **changes) -> Recipe:
 
 
 RECIPES = {
-    # the CPU speed-run recipe (chapter 10): the cpu presets without dropout, in bf16 (the
+    # the CPU speed-run recipe (chapter 11): the cpu presets without dropout, in bf16 (the
     # forward pass; on a CPU without bf16 instructions that is slower, not faster), 600 s
     "fast": from_presets("fast", dropout=0.0, bf16=True, time_budget=600.0),
     # the cpu presets themselves (fp32 where the CPU lacks bf16 instructions), on 600 s

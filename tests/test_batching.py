@@ -73,7 +73,7 @@ def test_batched_corpus_epochs_and_resume():
         assert b.src.numel() <= 200 and b.tgt_in.numel() <= 200
 
 
-# --------------------------------------------------------------------------- fast path (ch. 10)
+# --------------------------------------------------------------------------- fast path (ch. 11)
 
 
 def _corpus(widths=None, n=300, seed=0):

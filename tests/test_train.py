@@ -216,7 +216,7 @@ def test_epoch_log_lines(tmp_path, capsys):
     assert len(lines) == 2 and "val loss" in lines[0] and "tok/s" in lines[0]
 
 
-# --------------------------------------------------------------------------- fast path (ch. 10)
+# --------------------------------------------------------------------------- fast path (ch. 11)
 
 
 def _weights(trainer):

@@ -16,7 +16,7 @@ Layout of one pair, with ``x`` the source ids and ``y`` the target ids::
     tgt_in  = [<bos>] + y          (B, T)  what the decoder reads (shifted right, Sec. 3.1)
     tgt_out = y + [<eos>]          (B, T)  what it must predict at each position
 
-For fast training (chapter 10) three options keep the GPU busy; none changes the default
+For fast training (chapter 11) three options keep the GPU busy; none changes the default
 batches:
 
 - ``BatchedCorpus(..., widths=(16, 32, 64))`` pads every batch to one of a few fixed shapes

@@ -14,8 +14,21 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 
 
+class _ConfigMethods:
+    """What the model configs share: a plain dict, and a validated copy."""
+
+    def to_dict(self) -> dict:
+        """The fields as a plain dict (for logging and checkpoints; ``kind`` included where the
+        config has one)."""
+        return asdict(self)
+
+    def replace(self, **changes):
+        """A copy with some fields changed (``dataclasses.replace``), validated again."""
+        return replace(self, **changes)
+
+
 @dataclass(frozen=True)
-class TransformerConfig:
+class TransformerConfig(_ConfigMethods):
     """Sec. 3 / Table 3: hyperparameters of the encoder-decoder Transformer (base model defaults).
 
     Build variants with the presets (``TransformerConfig.small(dropout=0.2)``) or
@@ -108,14 +121,6 @@ class TransformerConfig:
         """Sec. 3.2.2: per-head value width, d_model / h (64 in the base model) unless d_value."""
         return self.d_value if self.d_value is not None else self.d_model // self.num_heads
 
-    def to_dict(self) -> dict:
-        """The fields as a plain dict (for logging and checkpoints)."""
-        return asdict(self)
-
-    def replace(self, **changes) -> TransformerConfig:
-        """A copy with some fields changed (``dataclasses.replace``), validated again."""
-        return replace(self, **changes)
-
     @classmethod
     def base(cls, **overrides) -> TransformerConfig:
         """Table 3, "base": d_model 512, h 8, N 6, d_ff 2048, P_drop 0.1 (~63M parameters here)."""
@@ -138,7 +143,7 @@ class TransformerConfig:
         d_model 256, 4 heads, 3 + 3 post-norm layers, d_ff 1024, the embedding drawn from
         N(0, d_model^-0.5) (``embed_init="normal"``), and no dropout (P_drop 0): in a CPU
         budget of 10 to 20 minutes the model sees each sentence only 4 to 9 times, and dropout
-        slowed its learning more than it helped (chapter 10's speed run, on the validation
+        slowed its learning more than it helped (chapter 11's speed run, on the validation
         set). With ``TrainConfig.cpu()`` (bf16 on a CPU with bf16 instructions) it reached 37.9
         BLEU on Multi30k test 2016 in 20 minutes on 2 cores of an AMD EPYC (chapter 8); a
         slower CPU takes fewer steps in the same time.
@@ -154,10 +159,10 @@ class TransformerConfig:
 
 
 @dataclass(frozen=True)
-class RecurrentConfig:
+class RecurrentConfig(_ConfigMethods):
     """Not in the paper: the recurrent translator it is measured against (Sec. 1, Table 2).
 
-    The strongest recurrent design of its time at Multi30k scale, built by
+    A recurrent design of its time, sized for Multi30k, built by
     :class:`transformer_book.recurrent.RecurrentTranslator` (whose docstring gives the sources
     of each choice): a bidirectional LSTM encoder, an LSTM decoder with global attention and
     input feeding (Luong et al. 2015), additive scores (Bahdanau et al. 2015; Britz et al. 2017).
@@ -174,7 +179,7 @@ class RecurrentConfig:
     attention: str = "additive"  # score(h_t, h_s): "additive" (Bahdanau) or "general" (Luong)
     input_feeding: bool = True  # Luong Sec. 3.3: the last attentional vector joins the input
     dropout: float = 0.2  # on embeddings, between LSTM layers and on the attentional vector
-    # (non-recurrent connections only, Zaremba et al. 2015)
+    # (none on the LSTMs' recurrent connections, Zaremba et al. 2014)
     max_len: int = 512  # longest source or target accepted (no positional table; it also caps
     # the decoding length, as the Transformer's max_len does)
     pad_id: int = 0  # id of the padding token in both vocabularies
@@ -202,14 +207,6 @@ class RecurrentConfig:
             raise ValueError(f"share_embeddings=True needs one shared vocabulary, but "
                              f"src_vocab_size={self.src_vocab_size} != tgt_vocab_size="
                              f"{self.tgt_vocab_size}; use equal sizes or share_embeddings=False")
-
-    def to_dict(self) -> dict:
-        """The fields as a plain dict (for logging and checkpoints), ``kind`` included."""
-        return asdict(self)
-
-    def replace(self, **changes) -> RecurrentConfig:
-        """A copy with some fields changed (``dataclasses.replace``), validated again."""
-        return replace(self, **changes)
 
     @classmethod
     def cpu(cls, **overrides) -> RecurrentConfig:
@@ -333,7 +330,7 @@ class TrainConfig:
     average_last: int = _setting(
         1, "Sec. 6.1: keep the weights of the last n epochs to average (1: off)",
         valid="[1, inf)")
-    # Speed (chapter 10). None = automatic: on for CUDA, off elsewhere. None of these changes
+    # Speed (chapter 11). None = automatic: on for CUDA, off elsewhere. None of these changes
     # what is computed; the CPU default is the plain loop.
     sync_every: int | None = _setting(
         None, "read the losses back to the host every n steps (None: 50 on CUDA, else 1)",
@@ -364,7 +361,7 @@ class TrainConfig:
         budget stopped the float32 runs in their fifth epoch and chapter 8's bf16 run, without
         dropout, in its tenth. Where the CPU has bf16 instructions (``cpu_amp=None``:
         AVX512_BF16 or AMX), the forward pass runs in bf16 autocast, about 1.5 times the float32
-        throughput on that machine (chapter 10).
+        throughput on that machine (chapter 11).
         """
         return cls(**{"max_tokens": 1500, "warmup_steps": 200, "lr_factor": 0.45,
                       "schedule": "linear", "time_budget": 1150.0, "epochs": 30,

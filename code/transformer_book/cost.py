@@ -1,4 +1,4 @@
-"""FLOPs of one sequence layer, counted once for the whole book (chapters 1 and 9 cite this).
+"""FLOPs of one sequence layer, counted once for the whole book (chapters 1 and 10 cite this).
 
 The paper's Table 1 (Sec. 4) gives the complexity per layer: O(n^2 d) for self-attention and
 O(n d^2) for a recurrent layer. Its remark that self-attention is faster "when the sequence

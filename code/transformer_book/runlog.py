@@ -42,7 +42,7 @@ class RunLog:
 
     The training loss of each step stays on the device until :meth:`read_losses` reads the
     losses of several steps in one transfer (on a GPU every read makes the host wait for the
-    device; chapter 10).
+    device; chapter 11).
 
     Args:
         run: the run's :class:`~transformer_book.run_state.RunState` (its history is read

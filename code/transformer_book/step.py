@@ -2,7 +2,7 @@
 backward, gradient clipping if asked for, Adam and the learning-rate schedule (Sec. 5.3).
 
 :class:`TrainStep` is that step. Called on one batch it runs the plain step, as chapter 8
-writes it. The speed features of chapter 10 are opt-in and change how the step runs, never
+writes it. The speed features of chapter 11 are opt-in and change how the step runs, never
 what it computes: loss scaling for fp16, ``torch.compile`` of forward + loss and CUDA graphs
 (:meth:`TrainStep.accumulate` runs them), and several batches in one step (gradient
 accumulation, a process's share of a multi-process step). Mixed precision (autocast) applies

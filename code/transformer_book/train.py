@@ -6,7 +6,7 @@ place. Each lives in the module its name says:
 - Sec. 5.3, Adam with beta1 = 0.9, beta2 = 0.98, eps = 1e-9 and the learning rate of Eq. (3):
   :mod:`transformer_book.schedule` (:func:`noam_lr`, :func:`linear_lr`, :func:`make_optimizer`).
 - Sec. 5, one optimiser step (forward, loss, backward, clipping, Adam, schedule), with mixed
-  precision and the other speed features of chapter 10 as an opt-in layer:
+  precision and the other speed features of chapter 11 as an opt-in layer:
   :mod:`transformer_book.step` (:class:`TrainStep`, :func:`autocast_dtype`).
 - The loop, epochs of token-budget batches (Sec. 5.1) with validation and checkpoints:
   :mod:`transformer_book.trainer` (:class:`Trainer`), around what a run holds

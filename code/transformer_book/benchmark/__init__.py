@@ -9,12 +9,12 @@ the book come from the same code. One module per question:
 - :mod:`~transformer_book.benchmark.memory`: how much memory a call allocates at its peak, and
   which operators it ran (read from ``torch.profiler``);
 - :mod:`~transformer_book.benchmark.attention_cost`: attention and one sequence layer against
-  the sequence length (chapter 9);
+  the sequence length (chapter 10);
 - :mod:`~transformer_book.benchmark.throughput`: training steps per second, ours against
   ``torch.nn.Transformer``, and their model FLOPs;
 - :mod:`~transformer_book.benchmark.ladder`: the GPU-oriented throughput ladder, one speed
   feature switched on per rung, ours against ``torch.nn.Transformer``;
-- :mod:`~transformer_book.benchmark.cpu_ladder`: chapter 10's CPU ladder and profile, on real
+- :mod:`~transformer_book.benchmark.cpu_ladder`: chapter 11's CPU ladder and profile, on real
   Multi30k batches of the cpu recipe (import it as a module: ``benchmark.cpu_ladder``);
 - :mod:`~transformer_book.benchmark.decoding`: greedy and beam-search decoding speed.
 
@@ -24,7 +24,7 @@ what else runs on it, so every table puts a ratio measured in the same run besid
 figures.
 """
 
-from transformer_book.benchmark import cpu_ladder  # noqa: F401 (chapter 10)
+from transformer_book.benchmark import cpu_ladder  # noqa: F401 (chapter 11)
 from transformer_book.benchmark.attention_cost import (
     attention_implementations,
     measure_attention,

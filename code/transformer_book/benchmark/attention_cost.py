@@ -1,6 +1,6 @@
 """What attention costs against sequence length n (Sec. 4, Table 1): Eq. (1) from scratch
 against PyTorch's fused kernel, and one self-attention layer against chapter 1's recurrent
-networks. Chapter 9 and ``benchmarks/attention_cost.py`` call these functions."""
+networks. Chapter 10 and ``benchmarks/attention_cost.py`` call these functions."""
 
 from __future__ import annotations
 

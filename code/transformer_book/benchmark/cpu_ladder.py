@@ -1,4 +1,4 @@
-"""The CPU ladder and the CPU profile of chapter 10: where a training step of chapter 8's cpu
+"""The CPU ladder and the CPU profile of chapter 11: where a training step of chapter 8's cpu
 configuration spends its time on a CPU, and what each change of the CPU speed run buys.
 
 The ladder times the same training step (:class:`~transformer_book.step.TrainStep`: forward,

@@ -1,5 +1,5 @@
 """The GPU throughput ladder: the same training step with one speed feature more per rung, ours
-and ``torch.nn.Transformer`` side by side (chapter 10's CPU ladder is
+and ``torch.nn.Transformer`` side by side (chapter 11's CPU ladder is
 :mod:`~transformer_book.benchmark.cpu_ladder`).
 
 Each rung keeps everything the rungs above it switched on:
