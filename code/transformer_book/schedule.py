@@ -46,7 +46,9 @@ def linear_lr(step: int, d_model: int, warmup_steps: int, factor: float = 1.0,
     ``progress`` is the fraction of the run already done (0 at the start, 1 at the end), so the
     rate reaches 0 exactly when the run ends, however long it is. The factor applies from the
     first step, so the peak is reached only if no progress has been made by the end of the
-    warm-up; in practice the highest rate is peak * (1 - progress at step warmup_steps). Li et
+    warm-up. In a run whose progress grows evenly with the steps (N steps in all), the highest
+    rate is peak * (1 - progress at step warmup_steps) when N >= 2 * warmup_steps; a shorter run
+    peaks before its warm-up ends, near step N/2, at about peak * N / (4 * warmup_steps). Li et
     al. (2020, "Budgeted training") found a linear decay to zero at the end of the budget robust
     and among the best budget-aware schedules (image and video tasks); in chapter 8's CPU runs
     it and Eq. (3) were within the seeds' spread.
