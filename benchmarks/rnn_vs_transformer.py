@@ -51,6 +51,7 @@ import dataclasses
 import datetime
 import io
 import json
+import math
 import shlex
 import statistics
 import subprocess
@@ -210,7 +211,7 @@ def train_one(setting: Setting, data: dict, tokenizer, *, curve_points: int = 0,
     history = trainer.fit()
     wall = time.perf_counter() - start
     loss = [v for _, v in history.train_loss]
-    if not loss or not all(map(lambda v: v == v and abs(v) != float("inf"), loss)):
+    if not loss or not all(map(math.isfinite, loss)):
         raise FloatingPointError(f"{setting.name}: training loss not finite")
     record = {
         "setting": dataclasses.asdict(setting), "name": setting.name,
