@@ -298,6 +298,13 @@ def test_cli_trains_resumes_and_translates_the_recurrent_model(tmp_path, monkeyp
     assert _main("translate", "--checkpoint", run / "last.pt", "--beam-size", 2, "--device",
                  "cpu", stdin=lines) == 0
     assert len(capsys.readouterr().out.splitlines()) == 2
+    # --preset cpu: the cpu recipe with the recurrent model's own learning rate
+    assert _main("train", "--model", "rnn", "--preset", "cpu", *common[4:-2], "--max-steps", 1,
+                 "--checkpoint-dir", tmp_path / "cpu") == 0, capsys.readouterr().err
+    given = load_checkpoint(tmp_path / "cpu" / "last.pt")["train_config"]
+    assert given["lr_factor"] == TrainConfig.cpu_rnn().lr_factor == 1.8
+    assert given["max_tokens"] == 400 and given["time_budget"] == TrainConfig.cpu().time_budget
+    capsys.readouterr()
     for folder, flags, words in [("new", ["--preset", "small"], "presets tiny and cpu"),
                                  ("new", ["--norm-first"], "no sub-layers"),
                                  (run, ["--resume", "--model", "transformer"],

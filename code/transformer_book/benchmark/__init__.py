@@ -49,6 +49,7 @@ from transformer_book.benchmark.memory import (
 )
 from transformer_book.benchmark.throughput import (
     TorchTransformerBaseline,
+    compare_train_rates,
     count_train_flops,
     matched_configs,
     measure_train_throughput,
@@ -72,6 +73,7 @@ __all__ = [
     "Rung",
     "TorchTransformerBaseline",
     "attention_implementations",
+    "compare_train_rates",
     "count_train_flops",
     "format_bytes",
     "format_table",

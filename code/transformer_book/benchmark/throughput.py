@@ -324,3 +324,40 @@ def profile_train_step(model: nn.Module, *, batch: int, src_len: int, tgt_len: i
     sort_by = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
     return prof.key_averages().table(sort_by=sort_by, row_limit=row_limit, max_name_column_width=60)
 
+
+
+def compare_train_rates(models: dict[str, tuple[nn.Module, float]], batches: list[Batch], *,
+                        amp_dtype: torch.dtype | None = None, rounds: int = 3,
+                        warmup_steps: int = 200) -> dict[str, float]:
+    """Target tokens per second of several models' training steps on the same real batches.
+
+    ``models`` maps a name to ``(model, lr_factor)``; each model trains with its own
+    :class:`~transformer_book.step.TrainStep` (Adam and Eq. (3) at ``lr_factor``, label
+    smoothing 0.1; the rate does not change the work). Each takes one untimed step on
+    ``batches[0]`` (first-call allocations), then, in ``rounds`` rounds, the models take turns
+    to train on ``batches[1:]``, so that drift on the machine hits them alike; each model's
+    fastest round counts (``timeit``'s rule: slower rounds carry the machine's other load).
+    Chapter 9 and ``benchmarks/rnn_vs_transformer.py precision`` call it.
+    """
+    from transformer_book.schedule import make_optimizer
+
+    if len(batches) < 2:
+        raise ValueError("compare_train_rates needs at least 2 batches (one untimed)")
+    steps = {}
+    for name, (model, factor) in models.items():
+        d_model = model.config.d_model
+        optimizer, scheduler = make_optimizer(model, d_model, warmup_steps, factor)
+        steps[name] = TrainStep(model, optimizer, scheduler, label_smoothing=0.1,
+                                pad_id=batches[0].pad_id, amp_dtype=amp_dtype)
+        steps[name](batches[0])
+    fastest = dict.fromkeys(steps, math.inf)
+    for _ in range(rounds):
+        for name, step in steps.items():
+            start = time.perf_counter()
+            for batch in batches[1:]:
+                loss = step(batch)
+            if not math.isfinite(float(loss)):
+                raise FloatingPointError(f"{name}: training loss not finite")
+            fastest[name] = min(fastest[name], time.perf_counter() - start)
+    tokens = sum(b.num_tgt_tokens for b in batches[1:])
+    return {name: tokens / seconds for name, seconds in fastest.items()}
