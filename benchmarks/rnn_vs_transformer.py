@@ -22,6 +22,11 @@ since training runs for its budget of seconds):
               every 115 s of training (weights kept in memory, decoded after the run), test
               2016 with beam 4 at the end, 8 validation sentences' translations and attention
               weights: about 24 minutes per run (2 seeds: ~1.6 hours)
+  longer      the alternatives that 300-s screening runs may have judged wrongly, for the full
+              1,150 s, validation only (curve as in final), per seed: the Transformer's chosen
+              setting with the paper's P_drop 0.1 (no dropout learns fastest, but may overfit
+              in a longer run), then the recurrent model's at half its learning rate (the same
+              factor reaches a higher rate in a longer run): about 22 minutes a run
   datasize    both chosen recipes on the first 1k, 3k and 10k training pairs (nested; the
               tokenizer stays the one learned on all 29k) with budgets of 240, 360 and 600 s,
               per seed (the 29k point is ``final``); validation BLEU after every fifth of the
@@ -29,6 +34,10 @@ since training runs for its budget of seconds):
               highest (early stopping): about 45 minutes per seed
   throughput  target tokens/s of both models' training steps at 1 and 2 threads (and of the
               recurrent model without input feeding), 60 s each, two rounds: about 13 minutes
+  precision   target tokens/s of both models' training steps (untrained, their chosen rates) on
+              the first 9 batches, bf16 and float32, 2 and 1 threads, fastest of 3 rounds
+              (transformer_book.benchmark.compare_train_rates, as chapter 9's live cell):
+              about 3 minutes
   collect     merge every run file into rnn_vs_transformer.json (seconds)
 
 Each run writes ``<results>/rnn_vs_transformer/<part>/<run>.json`` and ``<run>.log`` when it
@@ -79,6 +88,7 @@ BATCH_TOKENS = (1500, 3000)
 DROPOUTS = (0.0, 0.2)
 SCREEN_BUDGET = 300.0
 FINAL_BUDGET = 1150.0  # TrainConfig.cpu()'s
+LONGER_DROPOUT = 0.1  # the paper's P_drop (Sec. 5.4)
 DATASIZE = ((1000, 240.0), (3000, 360.0), (10000, 600.0))  # (training pairs, budget in s)
 THROUGHPUT_SECONDS = 60.0
 
@@ -332,6 +342,14 @@ def final_settings(args, folder: Path) -> list[Setting]:
             for s in args.seeds for m in MODELS]
 
 
+def longer_settings(args, folder: Path) -> list[Setting]:
+    budget = args.budget or FINAL_BUDGET
+    tf, rnn = chosen(folder, "transformer"), chosen(folder, "rnn")
+    return [setting for s in args.seeds for setting in (
+        dataclasses.replace(tf, dropout=LONGER_DROPOUT, seed=s, budget=budget),
+        dataclasses.replace(rnn, lr_factor=rnn.lr_factor / 2, seed=s, budget=budget))]
+
+
 def datasize_settings(args, folder: Path) -> list[Setting]:
     sizes = DATASIZE if not args.sizes else [(n, b) for n, b in DATASIZE if n in args.sizes]
     return [dataclasses.replace(chosen(folder, m), seed=s, train_limit=n,
@@ -400,6 +418,42 @@ def throughput(args, data, tokenizer, folder: Path) -> None:
         f.write((json.dumps(record, indent=1) + "\n").encode())
 
 
+def precision(args, data, tokenizer, folder: Path) -> None:
+    """Training-step throughput of both models in bf16 and float32, at 2 and 1 threads, the
+    measurement chapter 9 repeats live on the reader's machine."""
+    import itertools
+
+    from transformer_book.benchmark import compare_train_rates
+
+    out = folder / "throughput"
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "precision.json"
+    if path.exists():
+        print(f"{path}: done before, skipped")
+        return
+    settings = {m: chosen(folder, m) for m in MODELS}
+    train = prepare_corpus(tokenizer, data["train"], settings["transformer"].max_tokens, seed=0)
+    batches = list(itertools.islice(train.batches(epoch=0), 9))
+    rows = []
+    for threads in (2, 1):
+        torch.set_num_threads(threads)
+        for amp in (torch.bfloat16, None):
+            models = {}
+            for m, s in settings.items():
+                torch.manual_seed(0)
+                models[m] = (build_model(s.model_config(tokenizer)), s.lr_factor)
+            rates = compare_train_rates(models, batches, amp_dtype=amp)
+            rows.append({"threads": threads, "precision": "bf16" if amp else "float32",
+                         **{m: round(v) for m, v in rates.items()},
+                         "ratio": round(rates["rnn"] / rates["transformer"], 3)})
+            print(rows[-1], flush=True)
+    torch.set_num_threads(args.threads)
+    record = {"part": "precision", "batches": len(batches), "rows": rows,
+              "cpu_capability": torch.backends.cpu.get_cpu_capability(), **provenance(args)}
+    with atomic_write(path) as f:
+        f.write((json.dumps(record, indent=1) + "\n").encode())
+
+
 def spread(values: list[float]) -> dict:
     return {"mean": round(statistics.fmean(values), 2), "min": min(values), "max": max(values),
             "n": len(values)}
@@ -407,11 +461,14 @@ def spread(values: list[float]) -> dict:
 
 def collect(args, folder: Path) -> dict:
     """Every run, each model's chosen recipe, and the summaries the chapter reads."""
-    parts = {p: read_part(folder, p) for p in ("screen", "dropout", "final", "datasize")}
+    parts = {p: read_part(folder, p) for p in ("screen", "dropout", "final", "longer", "datasize")}
     out = {"description": __doc__.split("\n\n")[0], "machine": folder.name, "runs": parts}
     tp = folder / "throughput" / "throughput.json"
     if tp.exists():
         out["throughput"] = json.loads(tp.read_text())
+    pr = folder / "throughput" / "precision.json"
+    if pr.exists():
+        out["precision"] = json.loads(pr.read_text())
     if parts["screen"]:
         out["chosen"] = {m: dataclasses.asdict(chosen(folder, m)) for m in MODELS
                          if any(r["setting"]["model"] == m for r in parts["screen"])}
@@ -468,8 +525,8 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 epilog=__doc__.split("\n\n", 1)[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("part", choices=("screen", "dropout", "final", "datasize", "throughput",
-                                    "collect"))
+    p.add_argument("part", choices=("screen", "dropout", "final", "longer", "datasize",
+                                    "throughput", "precision", "collect"))
     p.add_argument("--machine", required=True,
                    help="results folder under benchmarks/results (e.g. cpu-2026-11-24), or a path")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
@@ -513,9 +570,14 @@ def main(argv: list[str] | None = None) -> None:
         run_part(args, "final", final_settings(args, folder), data, tokenizer, folder,
                  curve_points=10, test=True, keep=8,
                  weights_dir=args.weights_dir)
+    elif args.part == "longer":
+        run_part(args, "longer", longer_settings(args, folder), data, tokenizer, folder,
+                 curve_points=10)
     elif args.part == "datasize":
         run_part(args, "datasize", datasize_settings(args, folder), data, tokenizer, folder,
                  test=True, eval_every=50, curve_points=5, select_best=True)
+    elif args.part == "precision":
+        precision(args, data, tokenizer, folder)
     else:
         throughput(args, data, tokenizer, folder)
 

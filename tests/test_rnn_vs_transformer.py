@@ -98,7 +98,7 @@ def test_no_screening_yet_is_a_clear_error(tmp_path):
 
 @needs_data
 def test_parts_end_to_end(tmp_path, monkeypatch):
-    """screen, dropout, final, datasize and collect on tiny data and budgets: each run writes
+    """screen, dropout, final, longer, datasize and collect on tiny data and budgets: each run writes
     its record and log, a finished run is skipped, collect summarises them."""
     script = _script()
     monkeypatch.setattr(script, "LR_FACTORS", (0.45,))
@@ -106,9 +106,10 @@ def test_parts_end_to_end(tmp_path, monkeypatch):
     monkeypatch.setattr(script, "extensions", lambda folder, args: [])  # tested on its own
     common = ["--machine", str(tmp_path), "--quick", "--threads", "1", "--data-dir", DATA,
               "--seeds", "0"]
-    for part in ("screen", "dropout", "final", "screen"):
+    for part in ("screen", "dropout", "final", "longer", "screen"):
         script.main([part, *common, "--budget", "1"])
     script.main(["throughput", *common, "--budget", "0.5"])
+    script.main(["precision", *common])
     script.main(["datasize", *common, "--budget", "1", "--sizes", "1000"])
     folder = tmp_path / "rnn_vs_transformer"
     finals = [json.loads(p.read_text()) for p in sorted((folder / "final").glob("*.json"))]
@@ -126,11 +127,23 @@ def test_parts_end_to_end(tmp_path, monkeypatch):
         assert len(example["cross_attention"][0][0]) == len(example["output_pieces"])
         assert len(example["cross_attention"][0][0][0]) == len(example["source_pieces"])
         assert "--quick" in f["command"]
+    longer = {r["setting"]["model"]: r for r in (
+        json.loads(p.read_text()) for p in (folder / "longer").glob("*.json"))}
+    assert set(longer) == {"rnn", "transformer"} and "val_curve" in longer["rnn"]
+    chosen = {f["setting"]["model"]: f["setting"] for f in finals}
+    assert longer["rnn"]["setting"]["lr_factor"] == chosen["rnn"]["lr_factor"] / 2
+    assert longer["rnn"]["setting"]["dropout"] == chosen["rnn"]["dropout"]
+    assert longer["transformer"]["setting"]["dropout"] == 0.1
+    assert longer["transformer"]["setting"]["lr_factor"] == chosen["transformer"]["lr_factor"]
     sizes = [json.loads(p.read_text()) for p in (folder / "datasize").glob("*.json")]
     assert {s["training_pairs"] for s in sizes} == {400} and all("selected" in s for s in sizes)
     rows = json.loads((folder / "throughput" / "throughput.json").read_text())["rows"]
     assert {(r["model"], r["threads"]) for r in rows} == {
         (m, t) for m in ("transformer", "rnn", "rnn_no_input_feeding") for t in (1, 2)}
+    precision = json.loads((folder / "throughput" / "precision.json").read_text())
+    assert [(r["threads"], r["precision"]) for r in precision["rows"]] == [
+        (2, "bf16"), (2, "float32"), (1, "bf16"), (1, "float32")]
+    assert all(r["transformer"] > 0 and r["rnn"] > 0 for r in precision["rows"])
     script.main(["collect", "--machine", str(tmp_path), "--quick"])
     summary = json.loads((tmp_path / "rnn_vs_transformer.json").read_text())
     assert set(summary["final_summary"]) == {"rnn", "transformer"}
