@@ -433,7 +433,8 @@ def precision(args, data, tokenizer, folder: Path) -> None:
         return
     settings = {m: chosen(folder, m) for m in MODELS}
     train = prepare_corpus(tokenizer, data["train"], settings["transformer"].max_tokens, seed=0)
-    batches = list(itertools.islice(train.batches(epoch=0), 9))
+    # --quick (the tests): 1 untimed and 2 timed batches, one round
+    batches = list(itertools.islice(train.batches(epoch=0), 3 if args.quick else 9))
     rows = []
     for threads in (2, 1):
         torch.set_num_threads(threads)
@@ -442,7 +443,8 @@ def precision(args, data, tokenizer, folder: Path) -> None:
             for m, s in settings.items():
                 torch.manual_seed(0)
                 models[m] = (build_model(s.model_config(tokenizer)), s.lr_factor)
-            rates = compare_train_rates(models, batches, amp_dtype=amp)
+            rates = compare_train_rates(models, batches, amp_dtype=amp,
+                                        rounds=1 if args.quick else 3)
             rows.append({"threads": threads, "precision": "bf16" if amp else "float32",
                          **{m: round(v) for m, v in rates.items()},
                          "ratio": round(rates["rnn"] / rates["transformer"], 3)})
