@@ -382,15 +382,22 @@ def run_part(args, part: str, settings: list[Setting], data, tokenizer, folder: 
               f"{record['tokens_per_second']:,} tok/s", flush=True)
 
 
+def pending(folder: Path, name: str) -> Path | None:
+    """``folder/throughput/name``, to be written; None (and a message) when it exists."""
+    path = folder / "throughput" / name
+    if path.exists():
+        print(f"{path}: done before, skipped")
+        return None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 def throughput(args, data, tokenizer, folder: Path) -> None:
     """Target tokens/s of the training steps (no validation), both models at their chosen
     recipes (and the recurrent one without input feeding), 1 and 2 threads, two rounds
     interleaved so that drift on the machine hits every model alike."""
-    out = folder / "throughput"
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / "throughput.json"
-    if path.exists():
-        print(f"{path}: done before, skipped")
+    path = pending(folder, "throughput.json")
+    if path is None:
         return
     seconds = args.budget or THROUGHPUT_SECONDS
     rows, log = [], io.StringIO()
@@ -412,7 +419,7 @@ def throughput(args, data, tokenizer, folder: Path) -> None:
                           f"{r['tokens_per_second']:,} tok/s", flush=True)
     torch.set_num_threads(args.threads)
     record = {"part": "throughput", "seconds_each": seconds, "rows": rows, **provenance(args)}
-    with atomic_write(out / "throughput.log") as f:
+    with atomic_write(path.with_suffix(".log")) as f:
         f.write(log.getvalue().encode())
     with atomic_write(path) as f:
         f.write((json.dumps(record, indent=1) + "\n").encode())
@@ -425,11 +432,8 @@ def precision(args, data, tokenizer, folder: Path) -> None:
 
     from transformer_book.benchmark import compare_train_rates
 
-    out = folder / "throughput"
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / "precision.json"
-    if path.exists():
-        print(f"{path}: done before, skipped")
+    path = pending(folder, "precision.json")
+    if path is None:
         return
     settings = {m: chosen(folder, m) for m in MODELS}
     train = prepare_corpus(tokenizer, data["train"], settings["transformer"].max_tokens, seed=0)
