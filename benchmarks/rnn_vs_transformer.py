@@ -28,10 +28,15 @@ since training runs for its budget of seconds):
               in a longer run), then the recurrent model's at half its learning rate (the same
               factor reaches a higher rate in a longer run): about 22 minutes a run
   datasize    both chosen recipes on the first 1k, 3k and 10k training pairs (nested; the
-              tokenizer stays the one learned on all 29k) with budgets of 240, 360 and 600 s,
+              tokenizer stays the one learned on all 29k) with budgets of 600, 600 and 900 s,
               per seed (the 29k point is ``final``); validation BLEU after every fifth of the
               budget, and test 2016 scored once, with the weights whose validation BLEU was
-              highest (early stopping): about 45 minutes per seed
+              highest (early stopping): about 75 minutes per seed. (The budgets were 240, 360
+              and 600 s at first: at 1k pairs the recurrent model's validation loss was still
+              falling fast when 240 s ran out; those runs are kept in datasize_first_budgets/.)
+  datasize_dropout  each chosen recipe with the other dropout of {0, 0.2} on the 1k and 3k
+              subsets, as in datasize but validation only (does the dropout chosen on 29k
+              pairs hold back either model on less?): about 42 minutes per seed
   throughput  target tokens/s of both models' training steps at 1 and 2 threads (and of the
               recurrent model without input feeding), 60 s each, two rounds: about 13 minutes
   precision   target tokens/s of both models' training steps (untrained, their chosen rates) on
@@ -89,7 +94,8 @@ DROPOUTS = (0.0, 0.2)
 SCREEN_BUDGET = 300.0
 FINAL_BUDGET = 1150.0  # TrainConfig.cpu()'s
 LONGER_DROPOUT = 0.1  # the paper's P_drop (Sec. 5.4)
-DATASIZE = ((1000, 240.0), (3000, 360.0), (10000, 600.0))  # (training pairs, budget in s)
+DATASIZE = ((1000, 600.0), (3000, 600.0), (10000, 900.0))  # (training pairs, budget in s)
+SMALL = (1000, 3000)  # datasize_dropout: the subsets where over-fitting weighs most
 THROUGHPUT_SECONDS = 60.0
 
 
@@ -357,6 +363,23 @@ def datasize_settings(args, folder: Path) -> list[Setting]:
             for s in args.seeds for n, b in sizes for m in MODELS]
 
 
+def datasize_dropout_settings(args, folder: Path) -> list[Setting]:
+    """Each model's recipe with the other dropout of {0, 0.2} on the small subsets: the recipes
+    were chosen on all 29k pairs, and the dropout that suits them may differ with less data."""
+    budgets = dict(DATASIZE)
+    sizes = [n for n in SMALL if not args.sizes or n in args.sizes]
+    out = []
+    for s in args.seeds:
+        for n in sizes:
+            for m in MODELS:
+                c = chosen(folder, m)
+                mine = preset_dropout(m) if c.dropout is None else c.dropout
+                other = next(d for d in DROPOUTS if d != mine)
+                out.append(dataclasses.replace(c, dropout=other, seed=s, train_limit=n,
+                                               budget=args.budget or budgets[n]))
+    return out
+
+
 def run_part(args, part: str, settings: list[Setting], data, tokenizer, folder: Path,
              **train_kwargs) -> None:
     out = folder / part
@@ -467,7 +490,8 @@ def spread(values: list[float]) -> dict:
 
 def collect(args, folder: Path) -> dict:
     """Every run, each model's chosen recipe, and the summaries the chapter reads."""
-    parts = {p: read_part(folder, p) for p in ("screen", "dropout", "final", "longer", "datasize")}
+    parts = {p: read_part(folder, p) for p in ("screen", "dropout", "final", "longer", "datasize",
+                                               "datasize_dropout")}
     out = {"description": __doc__.split("\n\n")[0], "machine": folder.name, "runs": parts}
     tp = folder / "throughput" / "throughput.json"
     if tp.exists():
@@ -532,6 +556,7 @@ def main(argv: list[str] | None = None) -> None:
                                 epilog=__doc__.split("\n\n", 1)[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("part", choices=("screen", "dropout", "final", "longer", "datasize",
+                                    "datasize_dropout",
                                     "throughput", "precision", "collect"))
     p.add_argument("--machine", required=True,
                    help="results folder under benchmarks/results (e.g. cpu-2026-11-24), or a path")
@@ -582,6 +607,9 @@ def main(argv: list[str] | None = None) -> None:
     elif args.part == "datasize":
         run_part(args, "datasize", datasize_settings(args, folder), data, tokenizer, folder,
                  test=True, eval_every=50, curve_points=5, select_best=True)
+    elif args.part == "datasize_dropout":  # validation only: a check of the recipes' dropout
+        run_part(args, "datasize_dropout", datasize_dropout_settings(args, folder), data,
+                 tokenizer, folder, eval_every=50, curve_points=5, select_best=True)
     elif args.part == "precision":
         precision(args, data, tokenizer, folder)
     else:

@@ -73,7 +73,13 @@ def test_chosen_recipe_is_the_best_on_validation(tmp_path):
     sizes = script.datasize_settings(script.argparse.Namespace(budget=None, seeds=[0],
                                                                sizes=[1000]), tmp_path)
     assert [(s.model, s.train_limit, s.budget, s.dropout) for s in sizes] == [
-        ("transformer", 1000, 240.0, None), ("rnn", 1000, 240.0, 0.0)]
+        ("transformer", 1000, 600.0, None), ("rnn", 1000, 600.0, 0.0)]
+    # the dropout check on the small subsets: each with the other dropout of {0, 0.2}
+    drop = script.datasize_dropout_settings(script.argparse.Namespace(budget=None, seeds=[0],
+                                                                      sizes=None), tmp_path)
+    assert [(s.model, s.train_limit, s.budget, s.dropout) for s in drop] == [
+        ("transformer", 1000, 600.0, 0.2), ("rnn", 1000, 600.0, 0.2),
+        ("transformer", 3000, 600.0, 0.2), ("rnn", 3000, 600.0, 0.2)]
 
 
 def test_the_grid_extends_where_its_edge_is_best(tmp_path):
@@ -111,6 +117,7 @@ def test_parts_end_to_end(tmp_path, monkeypatch):
     script.main(["throughput", *common, "--budget", "0.5"])
     script.main(["precision", *common])
     script.main(["datasize", *common, "--budget", "1", "--sizes", "1000"])
+    script.main(["datasize_dropout", *common, "--budget", "1", "--sizes", "1000"])
     folder = tmp_path / "rnn_vs_transformer"
     finals = [json.loads(p.read_text()) for p in sorted((folder / "final").glob("*.json"))]
     assert len(finals) == 2 and {f["setting"]["model"] for f in finals} == {"rnn", "transformer"}
@@ -137,6 +144,12 @@ def test_parts_end_to_end(tmp_path, monkeypatch):
     assert longer["transformer"]["setting"]["lr_factor"] == chosen["transformer"]["lr_factor"]
     sizes = [json.loads(p.read_text()) for p in (folder / "datasize").glob("*.json")]
     assert {s["training_pairs"] for s in sizes} == {400} and all("selected" in s for s in sizes)
+    drops = {r["setting"]["model"]: r for r in (
+        json.loads(p.read_text()) for p in (folder / "datasize_dropout").glob("*.json"))}
+    for m, preset in (("transformer", 0.0), ("rnn", 0.2)):  # the other dropout of {0, 0.2}
+        mine = preset if chosen[m]["dropout"] is None else chosen[m]["dropout"]
+        assert drops[m]["setting"]["dropout"] == 0.2 - mine and "selected" in drops[m]
+        assert "test2016_bleu_beam4" not in drops[m]  # validation only
     rows = json.loads((folder / "throughput" / "throughput.json").read_text())["rows"]
     assert {(r["model"], r["threads"]) for r in rows} == {
         (m, t) for m in ("transformer", "rnn", "rnn_no_input_feeding") for t in (1, 2)}
