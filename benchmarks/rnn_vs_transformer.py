@@ -324,12 +324,17 @@ def preset_dropout(model: str) -> float:
     return (TransformerConfig.cpu() if model == "transformer" else RecurrentConfig.cpu()).dropout
 
 
+def other_dropout(s: Setting) -> float:
+    """The dropout of {0, 0.2} that the setting does not use (None: its preset's)."""
+    mine = preset_dropout(s.model) if s.dropout is None else s.dropout
+    return next(d for d in DROPOUTS if d != mine)
+
+
 def dropout_settings(args, folder: Path) -> list[Setting]:
     out = []
     for m in MODELS:
         s = Setting(**best(read_part(folder, "screen"), m)["setting"])
-        other = next(d for d in DROPOUTS if d != preset_dropout(m))
-        out.append(dataclasses.replace(s, dropout=other))
+        out.append(dataclasses.replace(s, dropout=other_dropout(s)))
     return out
 
 
@@ -373,9 +378,7 @@ def datasize_dropout_settings(args, folder: Path) -> list[Setting]:
         for n in sizes:
             for m in MODELS:
                 c = chosen(folder, m)
-                mine = preset_dropout(m) if c.dropout is None else c.dropout
-                other = next(d for d in DROPOUTS if d != mine)
-                out.append(dataclasses.replace(c, dropout=other, seed=s, train_limit=n,
+                out.append(dataclasses.replace(c, dropout=other_dropout(c), seed=s, train_limit=n,
                                                budget=args.budget or budgets[n]))
     return out
 
