@@ -543,6 +543,25 @@ class Tee(io.TextIOBase):
             s.flush()
 
 
+def cpu_identity() -> dict:
+    """The CPU's family, model and stepping from /proc/cpuinfo: machines sold under one name
+    ("AMD EPYC") differ by generation, and a budget in seconds buys a different number of steps
+    on each. Empty where /proc/cpuinfo is not there."""
+    keys = {"cpu family": "family", "model": "model", "stepping": "stepping"}
+    found = {}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() in keys and keys[key.strip()] not in found:
+                    found[keys[key.strip()]] = value.strip()
+                if not line.strip() and found:
+                    break  # the first processor is enough
+    except OSError:
+        pass
+    return found
+
+
 def provenance(args) -> dict:
     try:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
@@ -550,7 +569,7 @@ def provenance(args) -> dict:
     except (OSError, subprocess.CalledProcessError):
         commit = None
     return {"date": datetime.date.today().isoformat(), "device": describe_hardware("cpu"),
-            "torch": torch.__version__, "commit": commit, "note": args.note,
+            "cpu": cpu_identity(), "torch": torch.__version__, "commit": commit, "note": args.note,
             "command": "python " + shlex.join([sys.argv[0], *args.argv])}
 
 
