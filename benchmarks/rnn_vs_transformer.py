@@ -9,7 +9,8 @@ validation set, beam search (beam 4, length penalty 0.6) on test 2016 and cased 
 choice is made on the validation set; test 2016 is scored only in ``final`` and ``datasize``.
 
 Parts (durations on 2 cores of an AMD EPYC; a slower CPU takes longer in the decoding only,
-since training runs for its budget of seconds):
+since training runs for its budget of seconds; but a faster or slower CPU trains more or fewer
+steps in that budget, and so changes the results: compare runs made on one machine):
 
   screen      each model x learning rate (lr factor 0.225, 0.45, 0.9 of Eq. (3): peaks 1e-3,
               2e-3, 4e-3) x batch size (1,500 or 3,000 padded tokens), 300 s each, then
