@@ -86,6 +86,7 @@ from transformer_book.evaluation import corpus_bleu, translate
 from transformer_book.files import atomic_write
 from transformer_book.tokenizer import load_or_train_tokenizer
 from transformer_book.trainer import Trainer
+from transformer_book.utils import cpu_identity
 
 RESULTS = Path(__file__).resolve().parent / "results"
 MODELS = ("transformer", "rnn")
@@ -542,25 +543,6 @@ class Tee(io.TextIOBase):
     def flush(self) -> None:
         for s in self.streams:
             s.flush()
-
-
-def cpu_identity() -> dict:
-    """The CPU's family, model and stepping from /proc/cpuinfo: machines sold under one name
-    ("AMD EPYC") differ by generation, and a budget in seconds buys a different number of steps
-    on each. Empty where /proc/cpuinfo is not there."""
-    keys = {"cpu family": "family", "model": "model", "stepping": "stepping"}
-    found = {}
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                if key.strip() in keys and keys[key.strip()] not in found:
-                    found[keys[key.strip()]] = value.strip()
-                if not line.strip() and found:
-                    break  # the first processor is enough
-    except OSError:
-        pass
-    return found
 
 
 def provenance(args) -> dict:

@@ -51,6 +51,7 @@ from transformer_book.files import atomic_write
 from transformer_book.model import Transformer
 from transformer_book.tokenizer import load_or_train_tokenizer
 from transformer_book.train import TrainConfig, TrainStep, make_optimizer, prepare_corpus
+from transformer_book.utils import cpu_identity
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -279,7 +280,7 @@ def main(argv: list[str] | None = None) -> dict:
     path = (Path(args.out) if args.out else
             RESULTS / args.machine / "time_to_bleu.json" if args.machine else None)
     out = {"date": datetime.date.today().isoformat(), "device": describe_hardware(args.device),
-           "threads": torch.get_num_threads(), "torch": torch.__version__,
+           "cpu": cpu_identity(), "threads": torch.get_num_threads(), "torch": torch.__version__,
            "command": "python " + shlex.join([sys.argv[0], *(argv or sys.argv[1:])]),
            "note": args.note, "target_bleu": args.target, "val_target_bleu": args.val_target,
            "results": []}

@@ -132,6 +132,7 @@ def test_quick_run_writes_every_recipe(tmp_path):
         assert 0 <= r["test2016_bleu_beam4"] <= 100
         assert r["sacrebleu_signature"].startswith("nrefs:1|case:mixed")
     assert "--quick" in record["command"]
+    assert record["cpu"] == _script().cpu_identity()  # the CPU generation: budgets are in seconds
 
 
 def test_benchmarks_readme_states_the_stored_speed_runs():

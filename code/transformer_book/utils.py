@@ -43,16 +43,34 @@ def describe_hardware(device: torch.device | str | None = None) -> str:
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
         return f"{props.name} ({props.total_memory / 2**30:.0f} GiB), torch {torch.__version__}"
-    cpu = platform.processor() or platform.machine()
+    cpu = _first_cpu().get("model name") or platform.processor() or platform.machine()
+    return f"CPU: {cpu}, {torch.get_num_threads()} threads, torch {torch.__version__}"
+
+
+def _first_cpu() -> dict[str, str]:
+    """The fields of the first processor in /proc/cpuinfo (empty where there is none)."""
+    fields: dict[str, str] = {}
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
+                if not line.strip():
+                    if fields:
+                        break
+                    continue
+                key, _, value = line.partition(":")
+                fields.setdefault(key.strip(), value.strip())
     except OSError:
         pass
-    return f"CPU: {cpu}, {torch.get_num_threads()} threads, torch {torch.__version__}"
+    return fields
+
+
+def cpu_identity() -> dict[str, str]:
+    """The CPU's family, model and stepping, for results' records: machines sold under one name
+    ("AMD EPYC") differ by generation, and a training budget counted in seconds buys a different
+    number of steps on each (chapter 9's data-size runs). Empty where /proc/cpuinfo is not there."""
+    cpu = _first_cpu()
+    names = {"cpu family": "family", "model": "model", "stepping": "stepping"}
+    return {short: cpu[key] for key, short in names.items() if key in cpu}
 
 
 @contextlib.contextmanager
