@@ -13,6 +13,8 @@ aborted and recorded. For each page the test asserts:
 - every altair chart (`div#altair-viz-*`) has drawn: vega-embed put a canvas or svg of non-zero
   size in it;
 - every image loaded (naturalWidth > 0) and has alt text (not just its file name);
+- no visible line of code is cut off at the 1,280-pixel window (a code block that must scroll
+  sideways hides the end of its longest line; folded cells are not visible and not checked);
 - on notebook pages, every chart and figure stored in the notebook is on the page, the Colab
   link points at that notebook in the repository named by _config.yml (and the notebook exists
   there), and the download button offers the .ipynb;
@@ -168,7 +170,14 @@ async (chartTimeoutMs) => {
     }
   }
   const maths = Array.from(document.querySelectorAll('.math'));
+  // Code inputs and code blocks in the text (not printed outputs) wider than their box.
+  const cutCode = Array.from(document.querySelectorAll('div.highlight pre'))
+    .filter((p) => !p.closest('.cell_output') && !p.closest('details:not([open])')
+            && (p.checkVisibility ? p.checkVisibility({checkVisibilityCSS: true}) : p.offsetParent !== null)
+            && p.scrollWidth > p.clientWidth + 1)
+    .map((p) => p.textContent.split(String.fromCharCode(10)).reduce((a, b) => (b.length > a.length ? b : a), ''));
   return {
+    cutCode,
     mathjax: !!(window.MathJax && MathJax.startup),
     math: maths.map((m) => ({
       source: m.textContent.trim().slice(0, 80),
@@ -251,6 +260,9 @@ def _check_content(html: str, report: dict, problems: list[str]) -> None:
         if not c["drawn"]:
             why = c["error"] or f"no canvas/svg after {CHART_TIMEOUT_MS // 1000} s"
             problems.append(f"altair chart #{c['id']} did not draw: {why}")
+
+    for line in report["cutCode"]:
+        problems.append(f"code line cut off at the window's width (break it): {line.strip()[:90]!r}")
 
     for img in report["images"]:
         if not img["ok"]:
