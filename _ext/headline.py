@@ -5,8 +5,14 @@ translations and its trained encoder-decoder attention. Those come from the outp
 ``chapters/08_training.ipynb`` (the run nbval and the browser check vouch for), read here when
 the build starts:
 
-- MyST substitutions ``headline_bleu``, ``headline_minutes``, ``headline_hardware``,
-  ``headline_config``, ``headline_german``, ``headline_reference`` and ``headline_translation``;
+- MyST substitutions ``headline_bleu``, ``headline_minutes`` (and ``headline_about_minutes``,
+  rounded to 5 for the reader), ``headline_hardware``, ``headline_config``, ``headline_german``,
+  ``headline_reference`` and ``headline_translation``: the showcase is the printed example that
+  the model translated best (sentence-level BLEU against its reference), not a hand-picked one;
+- ``headline_chart_german``: the German sentence of the stored attention chart;
+- ``minutes_<page>`` for every chapter and lab page (``minutes_01``, ``minutes_lab_a``, ...)
+  and ``minutes_core`` (chapters 1-8, in hours): the reading times of tools/reading_time.py,
+  counted from the notebooks' visible cells and rounded to 5 minutes;
 - the stored altair chart of the encoder-decoder attention, written to
   ``_build/headline/attention.html`` for intro.md's ``{raw} html`` block (offline_assets then
   points its vega scripts at the book's own copies, as on every page).
@@ -33,6 +39,7 @@ RESULT_RE = re.compile(
 # describe_hardware's line for a CPU, "CPU: AMD EPYC, 2 threads", read as "2 CPU threads (AMD EPYC)"
 CPU_RE = re.compile(r"CPU: (?P<cpu>.+), (?P<threads>[0-9]+) threads?")
 EXAMPLE_RE = re.compile(r"German   : (.+)\nreference: (.+)\ngreedy   : .+\nbeam 4   : (.+)\n")
+CHART_GERMAN_RE = re.compile(r"^German: (.+)$", re.MULTILINE)
 
 
 def _texts(cell: dict) -> list[str]:
@@ -57,41 +64,76 @@ def read_headline(path: Path) -> tuple[dict[str, str], str]:
         raise ExtensionError(f"headline: {path} is missing")
     cells = [c for c in json.loads(path.read_text(encoding="utf-8"))["cells"]
              if c["cell_type"] == "code"]
-    result = example = chart = None
+    result = chart = chart_german = None
+    examples = []
     for cell in cells:
         source = "".join(cell["source"])
         for text in _texts(cell):
             result = result or RESULT_RE.search(text)
-            example = example or EXAMPLE_RE.search(text)
+            examples += EXAMPLE_RE.findall(text)
+            if "need_weights=True" in source:
+                chart_german = chart_german or CHART_GERMAN_RE.search(text)
         if chart is None and 'maps["decoder_cross"]' in source and "attention_chart" in source:
             for o in cell.get("outputs", []):
                 html = o.get("data", {}).get("text/html")
                 if html:
                     chart = "".join(html)
     missing = [name for name, found in [("the BLEU line of the translation cell", result),
-                                        ("the example translations", example),
-                                        ("the encoder-decoder attention chart", chart)]
+                                        ("the example translations", examples),
+                                        ("the encoder-decoder attention chart", chart),
+                                        ("the German sentence of the chart", chart_german)]
                if not found]
     if missing:
         raise ExtensionError(
             f"headline: {path} stores no output with {', '.join(missing)}; execute the chapter "
             "(make execute NB=chapters/08_training.ipynb, or on a GPU) and commit it"
         )
+    german, reference, translation = best_example(examples)
     subs = {
         "headline_bleu": result["bleu"],
         "headline_minutes": result["minutes"],
+        "headline_about_minutes": str(max(5, 5 * round(float(result["minutes"]) / 5))),
         "headline_hardware": _hardware(result["hardware"]),
         "headline_config": result["config"],
-        "headline_german": example[1].strip(),
-        "headline_reference": example[2].strip(),
-        "headline_translation": example[3].strip(),
+        "headline_german": german.strip(),
+        "headline_reference": reference.strip(),
+        "headline_translation": translation.strip(),
+        "headline_chart_german": chart_german[1].strip(),
     }
     return subs, chart
+
+
+def best_example(examples: list[tuple[str, str, str]]) -> tuple[str, str, str]:
+    """The (German, reference, beam 4) example with the highest sentence BLEU; first on ties."""
+    import sacrebleu
+
+    scores = [sacrebleu.sentence_bleu(out, [ref]).score for _, ref, out in examples]
+    return examples[scores.index(max(scores))]
+
+
+def reading_times(root: Path) -> dict[str, str]:
+    """``minutes_<page>`` per chapter/lab notebook and ``minutes_core`` (hours, chapters 1-8)."""
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location("reading_time", root / "tools" / "reading_time.py")
+    reading_time = sys.modules.setdefault("reading_time", importlib.util.module_from_spec(spec))
+    spec.loader.exec_module(reading_time)
+    subs, core = {}, 0.0
+    for nb in sorted((root / "chapters").glob("*.ipynb")):
+        minutes = reading_time.count_notebook(nb).minutes
+        key = nb.stem.split("_")[0] if nb.stem[0].isdigit() else "_".join(nb.stem.split("_")[:2])
+        subs[f"minutes_{key}"] = str(max(5, 5 * round(minutes / 5)))
+        if f"chapters/{nb.stem}" in reading_time.CORE:
+            core += minutes
+    subs["minutes_core"] = f"{core / 60:.1f}"
+    return subs
 
 
 def add_headline(app: Sphinx, config) -> None:
     root = Path(app.confdir)
     subs, chart = read_headline(root / NOTEBOOK)
+    subs.update(reading_times(root))
     config.myst_substitutions = {**(config.myst_substitutions or {}), **subs}
     target = root / CHART_FILE
     target.parent.mkdir(parents=True, exist_ok=True)

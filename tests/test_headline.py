@@ -43,7 +43,28 @@ def test_a_notebook_without_outputs_fails_the_build_clearly(tmp_path):
             cell["outputs"], cell["execution_count"] = [], None
     path = tmp_path / "08_training.ipynb"
     path.write_text(json.dumps(nb), encoding="utf-8")
-    with pytest.raises(ExtensionError, match="BLEU line.*example translations.*attention chart"):
+    with pytest.raises(ExtensionError, match="BLEU line.*example translations.*attention chart.*German sentence"):
         headline.read_headline(path)
     with pytest.raises(ExtensionError, match="missing"):
         headline.read_headline(tmp_path / "nothing.ipynb")
+
+
+def test_the_showcase_is_the_best_printed_example_and_the_chart_has_its_sentence():
+    subs, _ = headline.read_headline(ROOT / headline.NOTEBOOK)
+    assert subs["headline_chart_german"]
+    examples = [("a", "A man sits on a bench .", "A dog runs ."),
+                ("b", "A woman holding a bowl of food in a kitchen .",
+                 "A woman holding a bowl of food in a kitchen ."),
+                ("c", "Two boys play soccer .", "Two boys are playing football .")]
+    assert headline.best_example(examples)[0] == "b"
+    assert int(subs["headline_about_minutes"]) % 5 == 0
+    assert abs(int(subs["headline_about_minutes"]) - float(subs["headline_minutes"])) <= 2.5
+
+
+def test_reading_times_cover_every_chapter_and_lab_page():
+    subs = headline.reading_times(ROOT)
+    pages = sorted((ROOT / "chapters").glob("*.ipynb"))
+    keys = {k for k in subs if k.startswith("minutes_") and k != "minutes_core"}
+    assert len(keys) == len(pages) and "minutes_01" in keys
+    assert all(int(subs[k]) % 5 == 0 and int(subs[k]) >= 5 for k in keys)
+    assert 0 < float(subs["minutes_core"]) < 12
