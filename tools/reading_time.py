@@ -126,7 +126,8 @@ def _markdown_visible(source: str) -> str:
                 out.extend(b for b in body if not b.lstrip().startswith(":"))
             i = j + 1
             continue
-        out.append(line)
+        if not re.match(r"^\s*:[\w-]+:", line):  # a directive's option (:alt:, :width:)
+            out.append(line)
         i += 1
     return "\n".join(out)
 
