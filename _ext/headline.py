@@ -11,7 +11,7 @@ the build starts:
   the model translated best (sentence-level BLEU against its reference), not a hand-picked one;
 - ``headline_chart_german``: the German sentence of the stored attention chart;
 - ``minutes_<page>`` for every chapter and lab page (``minutes_01``, ``minutes_lab_a``, ...)
-  and ``minutes_core`` (chapters 1-8, in hours): the reading times of tools/reading_time.py,
+  and ``minutes_core`` (chapters 1-8, in hours, to the half hour): the reading times of tools/reading_time.py,
   counted from the notebooks' visible cells and rounded to 5 minutes;
 - the stored altair chart of the encoder-decoder attention, written to
   ``_build/headline/attention.html`` for intro.md's ``{raw} html`` block (offline_assets then
@@ -126,7 +126,7 @@ def reading_times(root: Path) -> dict[str, str]:
         subs[f"minutes_{key}"] = str(max(5, 5 * round(minutes / 5)))
         if f"chapters/{nb.stem}" in reading_time.CORE:
             core += minutes
-    subs["minutes_core"] = f"{core / 60:.1f}"
+    subs["minutes_core"] = f"{round(core / 30) / 2:g}"  # hours, to the half hour
     return subs
 
 

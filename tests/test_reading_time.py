@@ -57,7 +57,7 @@ def test_notebook_estimate_follows_tags_and_dropdowns(tmp_path):
     nb = tmp_path / "x.ipynb"
     nb.write_text(json.dumps({"cells": cells}), encoding="utf-8")
     c = reading_time.count_notebook(nb)
-    assert c.words == 3 + 3 + 2  # lesson, the dropdown's title, the shown output
+    assert c.words == 3 + 3 + 2 + 2 * 3  # lesson, dropdown title, output, two buttons
     assert (c.code_lines, c.assert_lines, c.mentions) == (2, 0, 0)
 
 

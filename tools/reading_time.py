@@ -149,12 +149,19 @@ def count_notebook(path: Path) -> Count:
             continue
         if not tags & HIDING_TAGS:
             count.add_code(source)
+        if tags & {"hide-input", "hide-output", "hide-cell"}:
+            count.add_text("Show code cell")  # the button's label, as the page shows it
         if not tags & HIDING_OUTPUT_TAGS:
             for output in cell.get("outputs", []):
-                text = output.get("text") or output.get("data", {}).get("text/plain", "")
-                if "data" in output and "text/html" in output["data"]:
-                    continue  # tables and charts: counted on the built page, not here
-                count.add_text("".join(text))
+                data = output.get("data", {})
+                if "text/html" in data:
+                    html = "".join(data["text/html"])
+                    if "<script" not in html:  # a table: its text; a chart: none
+                        count.add_text(re.sub(r"<[^>]+>", " ", html))
+                    continue
+                if any(key.startswith("image/") for key in data):
+                    continue  # a figure: its "<Figure size ...>" text is not shown
+                count.add_text("".join(output.get("text") or data.get("text/plain", "")))
     return count
 
 
