@@ -11,8 +11,8 @@ the build starts:
   the model translated best (sentence-level BLEU against its reference), not a hand-picked one;
 - ``headline_chart_german``: the German sentence of the stored attention chart;
 - ``minutes_<page>`` for every chapter and lab page (``minutes_01``, ``minutes_lab_a``, ...)
-  and ``minutes_core`` (chapters 1-8, in hours, to the half hour): the reading times of tools/reading_time.py,
-  counted from the notebooks' visible cells and rounded to 5 minutes;
+  and ``minutes_core`` (chapters 1-8, the sum of the rounded figures): the reading times of
+  tools/reading_time.py, counted from the notebooks' visible cells and rounded to 5 minutes;
 - the stored altair chart of the encoder-decoder attention, written to
   ``_build/headline/attention.html`` for intro.md's ``{raw} html`` block (offline_assets then
   points its vega scripts at the book's own copies, as on every page).
@@ -112,21 +112,21 @@ def best_example(examples: list[tuple[str, str, str]]) -> tuple[str, str, str]:
 
 
 def reading_times(root: Path) -> dict[str, str]:
-    """``minutes_<page>`` per chapter/lab notebook and ``minutes_core`` (hours, chapters 1-8)."""
+    """``minutes_<page>`` per chapter/lab notebook and ``minutes_core`` (their sum, chapters 1-8)."""
     import importlib.util
     import sys
 
     spec = importlib.util.spec_from_file_location("reading_time", root / "tools" / "reading_time.py")
     reading_time = sys.modules.setdefault("reading_time", importlib.util.module_from_spec(spec))
     spec.loader.exec_module(reading_time)
-    subs, core = {}, 0.0
+    subs, core = {}, 0
     for nb in sorted((root / "chapters").glob("*.ipynb")):
-        minutes = reading_time.count_notebook(nb).minutes
+        minutes = max(5, 5 * round(reading_time.count_notebook(nb).minutes / 5))
         key = nb.stem.split("_")[0] if nb.stem[0].isdigit() else "_".join(nb.stem.split("_")[:2])
-        subs[f"minutes_{key}"] = str(max(5, 5 * round(minutes / 5)))
+        subs[f"minutes_{key}"] = str(minutes)
         if f"chapters/{nb.stem}" in reading_time.CORE:
             core += minutes
-    subs["minutes_core"] = f"{round(core / 30) / 2:g}"  # hours, to the half hour
+    subs["minutes_core"] = str(core)  # the sum of the table's rounded figures
     return subs
 
 

@@ -13,8 +13,9 @@ aborted and recorded. For each page the test asserts:
 - every altair chart (`div#altair-viz-*`) has drawn: vega-embed put a canvas or svg of non-zero
   size in it;
 - every image loaded (naturalWidth > 0) and has alt text (not just its file name);
-- no visible line of code is cut off at the 1,280-pixel window (a code block that must scroll
-  sideways hides the end of its longest line; folded cells are not visible and not checked);
+- no visible line of code or printed output is cut off at the 1,280-pixel window (a block that
+  must scroll sideways hides the end of its longest line; folded cells are not visible and not
+  checked);
 - on notebook pages, every chart and figure stored in the notebook is on the page, the Colab
   link points at that notebook in the repository named by _config.yml (and the notebook exists
   there), and the download button offers the .ipynb;
@@ -170,9 +171,9 @@ async (chartTimeoutMs) => {
     }
   }
   const maths = Array.from(document.querySelectorAll('.math'));
-  // Code inputs and code blocks in the text (not printed outputs) wider than their box.
+  // Code inputs, printed outputs and code blocks in the text wider than their box.
   const cutCode = Array.from(document.querySelectorAll('div.highlight pre'))
-    .filter((p) => !p.closest('.cell_output') && !p.closest('details:not([open])')
+    .filter((p) => !p.closest('details:not([open])')
             && (p.checkVisibility ? p.checkVisibility({checkVisibilityCSS: true}) : p.offsetParent !== null)
             && p.scrollWidth > p.clientWidth + 1)
     .map((p) => p.textContent.split(String.fromCharCode(10)).reduce((a, b) => (b.length > a.length ? b : a), ''));
@@ -262,7 +263,7 @@ def _check_content(html: str, report: dict, problems: list[str]) -> None:
             problems.append(f"altair chart #{c['id']} did not draw: {why}")
 
     for line in report["cutCode"]:
-        problems.append(f"code line cut off at the window's width (break it): {line.strip()[:90]!r}")
+        problems.append(f"line of code or output cut off at the window's width: {line.strip()[:90]!r}")
 
     for img in report["images"]:
         if not img["ok"]:
