@@ -5,7 +5,7 @@ Chapter 1 builds these pieces to measure what attention fixes:
 - :class:`ElmanRNN`, the simple recurrent network of Elman (1990) written from its equations
   ``h_t = tanh(x_t U + h_{t-1} W + b)``, ``o_t = h_t V``;
 - a toy sequence-to-sequence task (:func:`copy_task_batch`): copy or reverse random tokens;
-- :class:`Seq2Seq`, a GRU encoder-decoder (Cho et al., 2014; Sutskever et al., 2014) that passes
+- :class:`Seq2Seq`, a GRU encoder-decoder (after Sutskever et al., 2014) that passes
   the source to the decoder either through one fixed-size vector (the "bottleneck") or also
   through :class:`AdditiveAttention` over all encoder states (Bahdanau et al., 2015);
 - :func:`train_seq2seq` and :func:`token_accuracy`, a minimal training loop and its metric.
@@ -208,8 +208,9 @@ class Seq2Seq(nn.Module):
     """Chapter 1's toy GRU encoder-decoder, with or without attention (Sec. 1 and 2).
 
     Without attention (``attention=False``) the decoder sees the source only through the
-    encoder's last hidden state, one vector of ``hidden_size`` numbers whatever the source length
-    (Cho et al., 2014; Sutskever et al., 2014). With attention, each decoder state also reads a
+    encoder's last hidden state, one vector of ``hidden_size`` numbers whatever the source length,
+    which starts the decoder (as in Sutskever et al., 2014; Cho et al.'s 2014 decoder also reads
+    that summary at every step). With attention, each decoder state also reads a
     context vector, an :class:`AdditiveAttention` average of all encoder states, and predicts the
     next token from both (Bahdanau et al., 2015). Both start the decoder from the encoder's last
     state and use a unidirectional encoder, so the only difference between them is the attention.
