@@ -92,7 +92,7 @@ def read_headline(path: Path) -> tuple[dict[str, str], str]:
     subs = {
         "headline_bleu": result["bleu"],
         "headline_minutes": result["minutes"],
-        "headline_about_minutes": str(max(5, 5 * round(float(result["minutes"]) / 5))),
+        "headline_about_minutes": str(_to_five(float(result["minutes"]))),
         "headline_hardware": _hardware(result["hardware"]),
         "headline_config": result["config"],
         "headline_german": german.strip(),
@@ -101,6 +101,11 @@ def read_headline(path: Path) -> tuple[dict[str, str], str]:
         "headline_chart_german": chart_german[1].strip(),
     }
     return subs, chart
+
+
+def _to_five(minutes: float) -> int:
+    """Minutes as a reader is told them: to the nearest 5, at least 5."""
+    return max(5, 5 * round(minutes / 5))
 
 
 def best_example(examples: list[tuple[str, str, str]]) -> tuple[str, str, str]:
@@ -121,7 +126,7 @@ def reading_times(root: Path) -> dict[str, str]:
     spec.loader.exec_module(reading_time)
     subs, core = {}, 0
     for nb in sorted((root / "chapters").glob("*.ipynb")):
-        minutes = max(5, 5 * round(reading_time.count_notebook(nb).minutes / 5))
+        minutes = _to_five(reading_time.count_notebook(nb).minutes)
         key = nb.stem.split("_")[0] if nb.stem[0].isdigit() else "_".join(nb.stem.split("_")[:2])
         subs[f"minutes_{key}"] = str(minutes)
         if f"chapters/{nb.stem}" in reading_time.CORE:
