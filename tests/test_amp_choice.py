@@ -16,7 +16,8 @@ import pytest
 import torch
 from torch import nn
 from transformer_book.batching import BatchedCorpus
-from transformer_book.train import TrainConfig, Trainer, autocast_dtype
+from transformer_book.precision import autocast_dtype
+from transformer_book.train import TrainConfig, Trainer
 
 T4, V100, A100, H100 = (7, 5), (7, 0), (8, 0), (9, 0)
 

@@ -1,6 +1,5 @@
 """The short-budget recipe's pieces: the linear schedule, the time budget, the embedding scale."""
 
-import dataclasses
 import math
 import os
 import random
@@ -11,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 from transformer_book.batching import BatchedCorpus
+from transformer_book.checkpoint import load_checkpoint
 from transformer_book.config import TransformerConfig
 from transformer_book.model import Transformer
 from transformer_book.positional import PositionalEncoding
@@ -18,7 +18,6 @@ from transformer_book.train import (
     TrainConfig,
     Trainer,
     linear_lr,
-    load_checkpoint,
     make_optimizer,
     noam_lr,
 )
@@ -63,33 +62,73 @@ def test_linear_schedule_reaches_zero_at_the_last_step():
     assert total == sum(trainer.train_data.num_batches(e) for e in range(3)) > 10
     trainer.fit()
     steps, rates = zip(*trainer.history.lr, strict=True)
-    assert steps[-1] == total
+    assert steps[-1] == total == trainer.step
     peak = noam_lr(5, 64, 5)
     assert max(rates) <= peak and max(rates) > 0.7 * peak
     # after the warm-up the rate falls every step, and the rate set after the last step is 0
     after = rates[5:]
     assert all(b < a for a, b in zip(after, after[1:], strict=False))
     assert rates[-1] == pytest.approx(0.0, abs=1e-12)
-    assert trainer.progress() == 1.0
 
 
-def test_time_budget_stops_mid_epoch_validates_and_resumes(tmp_path):
-    clock = [0.0]
-    trainer = _trainer(tmp_path, epochs=50, schedule="linear", time_budget=10.0)
-    # a fake clock: every call of elapsed() after the first 7 steps says the budget is spent
-    real_elapsed = trainer.elapsed
-    trainer.elapsed = lambda: real_elapsed() + (100.0 if trainer.step >= 7 else clock[0])
-    trainer.fit()
-    assert trainer.step == 7 and trainer.epoch < 50
-    assert trainer.history.val_loss[-1][0] == 7  # validated where the budget stopped it
-    assert trainer.progress() == 1.0  # so the linear schedule's rate is 0 from here on
-    state = load_checkpoint(tmp_path / "last.pt")
-    assert state["step"] == 7 and state["train_seconds"] >= 100.0
-    resumed = _trainer(tmp_path, epochs=50, schedule="linear", time_budget=10.0)
+class FakeTime:
+    """A clock for the trainer: every training step takes ``per_step`` seconds."""
+
+    def __init__(self, trainer, per_step):
+        self.t, self.per_step = 0.0, per_step
+        trainer.clock.now = lambda: self.t
+        trainer.after_step = self.tick
+
+    def tick(self):
+        self.t += self.per_step
+
+
+def _timed(tmp_path=None, per_step=1.0, **overrides):
+    settings = dict(epochs=50, schedule="linear", time_budget=60.0, checkpoint_every=10)
+    trainer = _trainer(tmp_path, **{**settings, **overrides})
+    FakeTime(trainer, per_step)
+    return trainer
+
+
+def test_time_budget_becomes_steps_once_and_the_rate_never_reads_the_clock(tmp_path):
+    from transformer_book.train import PLAN_AT
+
+    slow = _timed(per_step=1.0)
+    slow.fit()
+    # planned at step PLAN_AT from the pace (1 s a step): 60 s are 60 steps
+    assert slow.plan.steps == 60 == slow.step and slow.epoch < 50
+    assert slow.history.val_loss[-1][0] == 60  # validated where the run ended
+    assert slow.history.lr[-1][1] == pytest.approx(0.0, abs=1e-12)  # the decay reached 0
+    # a machine twice as fast plans twice the steps ...
+    fast = _timed(per_step=0.5)
+    fast.fit()
+    assert fast.plan.steps == 120 == fast.step
+    # ... and given the same plan (max_steps), the rates do not depend on the pace at all
+    a, b = (_trainer(epochs=50, schedule="linear", max_steps=40) for _ in range(2))
+    FakeTime(a, 1.0), FakeTime(b, 0.5)
+    a.fit(), b.fit()
+    assert a.history.lr == b.history.lr and len(a.history.lr) == 40
+    # a run stopped and resumed (on a machine twice as fast) gets the rates of the whole run
+    first = _timed(tmp_path, per_step=1.0)
+    clock = FakeTime(first, 1.0)
+    first.after_step = lambda: (clock.tick(), setattr(first, "stop_requested", first.step == 30))
+    first.fit()
+    assert first.step == 30 and first.plan.steps == 60 > PLAN_AT
+    resumed = _timed(tmp_path, per_step=0.5)
     resumed.load_checkpoint(tmp_path / "last.pt")
-    assert resumed.train_seconds == state["train_seconds"]
-    resumed.fit()  # the budget is spent: nothing more to do
-    assert resumed.step == 7
+    assert resumed.plan.steps == 60 and resumed.clock.read() == 30.0
+    resumed.fit()
+    assert resumed.step == 60
+    assert resumed.history.lr == slow.history.lr  # the same rate at every step
+    state = load_checkpoint(tmp_path / "last.pt")
+    assert state["step"] == 60 and state["planned_steps"] == 60
+    short = _timed(time_budget=3.0)  # spent before the plan would be made: ends at once
+    short.fit()
+    assert short.step == short.plan.steps == 3 < PLAN_AT
+    again = _timed(tmp_path)
+    again.load_checkpoint(tmp_path / "last.pt")
+    again.fit()  # the plan is spent: nothing more to do
+    assert again.step == 60
     with pytest.raises(ValueError, match="time_budget must be a positive number"):
         _trainer(time_budget=0)
 
@@ -137,11 +176,3 @@ def test_cli_preset_cpu_sets_the_recipe(tmp_path):
     assert state["model_config"]["embed_init"] == "normal"
     assert state["model_config"]["d_model"] == TransformerConfig.cpu().d_model
     assert 0 < state["train_seconds"] < recipe.time_budget
-
-
-def test_recipe_fields_are_what_cpu_changes():
-    """TrainConfig.RECIPE_FIELDS (what `--preset cpu` fills in) lists exactly the fields that
-    TrainConfig.cpu() sets away from the defaults."""
-    changed = {f.name for f in dataclasses.fields(TrainConfig)
-               if getattr(TrainConfig.cpu(), f.name) != getattr(TrainConfig(), f.name)}
-    assert changed == set(TrainConfig.RECIPE_FIELDS)

@@ -19,6 +19,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -208,27 +209,30 @@ def test_two_gloo_processes_match_one_with_the_same_global_batch_and_resume_acro
     for s in range(1, 11):
         assert got[s] == pytest.approx(want[s], rel=RTOL), (s, diffs)
     # validation at the end of the first epoch, on 2 processes (3 batches shared 2 + 1)
-    (step_r, val_r), = _val(ref)
-    (step_2, val_2), = _val(tmp_path / "after2")
+    (step_r, val_r), (end_r, last_r) = _val(ref)  # and where the run ends (max_steps)
+    (step_1, _), (step_2, val_2) = _val(tmp_path / "after2")  # each part validates at its end
+    assert step_1 == 4
     assert step_r == step_2 == 8 and val_2 == pytest.approx(val_r, rel=RTOL)
+    (end, last) = _val(run)[-1]
+    assert end == end_r == 10 and last == pytest.approx(last_r, rel=RTOL)
 
 
 def test_the_resume_hint_after_ctrl_c_names_torchrun(monkeypatch):
     import argparse
 
-    from transformer_book.__main__ import _resume_command
+    from transformer_book.cli.train import resume_command
 
     args = argparse.Namespace(checkpoint_dir="runs/ddp", data_dir=None)
     monkeypatch.delenv("WORLD_SIZE", raising=False)
-    assert " -m transformer_book train --checkpoint-dir runs/ddp --resume" in _resume_command(args)
-    assert "torchrun" not in _resume_command(args)
+    assert " -m transformer_book train --checkpoint-dir runs/ddp --resume" in resume_command(args)
+    assert "torchrun" not in resume_command(args)
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
-    assert _resume_command(args) == ("torchrun --standalone --nproc-per-node 2 -m transformer_book "
+    assert resume_command(args) == ("torchrun --standalone --nproc-per-node 2 -m transformer_book "
                                      "train --checkpoint-dir runs/ddp --resume")
     monkeypatch.setenv("WORLD_SIZE", "16")  # two machines of 8
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
-    assert _resume_command(args).startswith("torchrun <the same --nnodes/--rdzv-* flags> "
+    assert resume_command(args).startswith("torchrun <the same --nnodes/--rdzv-* flags> "
                                             "--nproc-per-node 8 -m transformer_book train")
 
 
@@ -266,8 +270,7 @@ def _rank_main(rank: int, port: int, out: str) -> None:
     trainer = _tiny_trainer(Context(rank, 2, rank), None, schedule="linear",
                             time_budget=3.0, epochs=1000)
     if rank == 1:
-        local = trainer._local_elapsed
-        trainer._local_elapsed = lambda: 1.4 * local()
+        trainer.clock.now = lambda: 1.4 * time.perf_counter()
     history = trainer.fit()
     val = trainer.evaluate()
     torch.save({"step": trainer.step, "lr": history.lr, "loss": history.train_loss, "val": val,

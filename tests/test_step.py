@@ -14,8 +14,7 @@ from transformer_book.loss import label_smoothing_loss
 from transformer_book.model import Transformer
 from transformer_book.schedule import make_optimizer
 from transformer_book.step import TrainStep, autocast_dtype
-from transformer_book.train import TrainConfig
-from transformer_book.trainer import Trainer
+from transformer_book.train import TrainConfig, Trainer
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 

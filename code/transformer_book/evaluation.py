@@ -16,7 +16,7 @@ from torch import Tensor, nn
 
 from transformer_book.batching import Batch, BatchedCorpus, collate
 from transformer_book.loss import label_smoothing_loss
-from transformer_book.step import autocast
+from transformer_book.precision import autocast
 
 
 @torch.no_grad()

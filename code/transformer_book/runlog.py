@@ -38,15 +38,15 @@ def append_metrics(path: str | os.PathLike, records: list[dict]) -> None:
 
 class RunLog:
     """What a training run measures, as it goes: (step, value) pairs in the run's
-    :class:`~transformer_book.run_state.History`, and the same as lines of ``metrics.jsonl``.
+    :class:`~transformer_book.train.History`, and the same as lines of ``metrics.jsonl``.
 
     The training loss of each step stays on the device until :meth:`read_losses` reads the
     losses of several steps in one transfer (on a GPU every read makes the host wait for the
     device; chapter 11).
 
     Args:
-        run: the run's :class:`~transformer_book.run_state.RunState` (its history is read
-            anew each time: a resume replaces it).
+        run: the :class:`~transformer_book.train.Trainer` (its ``history`` is read anew each
+            time: a resume replaces it).
         folder: where ``metrics.jsonl`` goes, or None (no file: no checkpoint folder, or a
             process other than rank 0).
         ranks: a :class:`~transformer_book.distributed.Context`: over several processes, the
@@ -102,9 +102,19 @@ class RunLog:
         self.run.history.val_loss.append((step, loss))
         self.write([{"step": step, "epoch": epoch, "val_loss": loss}])
 
-    def throughput(self, step: int, epoch: int, tokens_per_second: float) -> None:
+    def epoch_end(self, step: int, passes: float, tokens_per_second: float, losses: list[float],
+                  seconds: float, epochs: int, say: bool) -> None:
+        """An epoch ended (or the run stopped inside one, ``passes`` epochs in): record its
+        throughput; if ``say``, print one line with the mean training loss of its steps."""
+        epoch = int(passes)
         self.run.history.tokens_per_second.append((step, tokens_per_second))
         self.write([{"step": step, "epoch": epoch, "tokens_per_second": tokens_per_second}])
+        if say:
+            val = self.run.history.val_loss[-1][1] if self.run.history.val_loss else float("nan")
+            at = f"{epoch:3}" if passes == epoch else f"{passes:5.1f}"
+            train = sum(losses) / len(losses) if losses else float("nan")
+            print(f"epoch {at}/{epochs}  step {step:6}  train loss {train:.3f}  val loss "
+                  f"{val:.3f}  {tokens_per_second:9,.0f} tok/s  {seconds:6.0f} s", flush=True)
 
 
 def read_metrics(path: str | os.PathLike) -> dict[str, list[tuple[int, float]]]:

@@ -73,8 +73,8 @@ def make_optimizer(
     (on CUDA the default is already the multi-tensor "foreach" path, which batches the
     parameters into a few kernels per operation; the update is the same, up to rounding).
     ``schedule="linear"`` uses :func:`linear_lr` instead, with ``progress(steps_done)`` (a
-    callable returning the fraction of the run done, e.g.
-    :meth:`transformer_book.budget.Budget.progress`) read at each step.
+    callable returning the fraction of the run's steps done, e.g. steps done over
+    :meth:`transformer_book.train.Trainer.total_steps`) read at each step.
 
     Returns:
         ``(optimizer, scheduler)``.

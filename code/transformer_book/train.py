@@ -1,62 +1,354 @@
-"""Training the Transformer (Sec. 5 of the paper): every name chapters and scripts import, in one
-place. Each lives in the module its name says:
+"""Sec. 5: the training loop. Epochs of token-budget batches (Sec. 5.1), one optimiser step per
+batch (:class:`~transformer_book.step.TrainStep`: label-smoothed loss, Adam, the schedule of
+Eq. (3)), validation, checkpoints.
 
-- Sec. 5.4, label smoothing with eps_ls = 0.1: :mod:`transformer_book.loss`
-  (:func:`label_smoothing_loss`, :func:`smoothed_loss_floor`).
-- Sec. 5.3, Adam with beta1 = 0.9, beta2 = 0.98, eps = 1e-9 and the learning rate of Eq. (3):
-  :mod:`transformer_book.schedule` (:func:`noam_lr`, :func:`linear_lr`, :func:`make_optimizer`).
-- Sec. 5, one optimiser step (forward, loss, backward, clipping, Adam, schedule), with mixed
-  precision and the other speed features of chapter 11 as an opt-in layer:
-  :mod:`transformer_book.step` (:class:`TrainStep`, :func:`autocast_dtype`).
-- The loop, epochs of token-budget batches (Sec. 5.1) with validation and checkpoints:
-  :mod:`transformer_book.trainer` (:class:`Trainer`), around what a run holds
-  (:mod:`transformer_book.training_run`): its settings (:class:`TrainConfig`, in
-  :mod:`transformer_book.config`), position and history (:mod:`transformer_book.run_state`),
-  time budget (:mod:`transformer_book.budget`), processes (:mod:`transformer_book.distributed`).
-- Sec. 6.1, averaging the weights of the last epochs, and checkpoint files:
-  :mod:`transformer_book.checkpoint` (:func:`average_state_dicts`, :func:`load_checkpoint`).
-- Sec. 5.1, tokenised pairs batched by token budget: :func:`prepare_corpus`
-  (:mod:`transformer_book.corpus`); Sec. 6.1, translation and BLEU: :func:`translate`,
-  :func:`corpus_bleu` (:mod:`transformer_book.evaluation`).
+:meth:`Trainer.fit` is the loop chapter 8 writes, with four optional pieces, each marked where it
+acts:
 
-Departures, all optional and off or at the paper's value by default: gradient clipping
-(``TrainConfig.clip_grad_norm``), a multiplier on the learning-rate schedule
-(``TrainConfig.lr_factor``, 1.0 = the paper) and a linear decay instead
-(``TrainConfig.schedule``), a time budget (``TrainConfig.time_budget``), mixed precision
-(``TrainConfig.amp`` on CUDA: bf16 autocast where the GPU has bf16 units, else fp16 autocast
-with a gradient scaler, e.g. on Colab's T4; ``TrainConfig.cpu_amp``: bf16 autocast on a CPU).
+- *processes* (``torchrun``, :mod:`~transformer_book.distributed`): each step takes
+  ``world_size * accumulate`` batches, weighted by their target tokens; the ranks agree on when
+  to stop; rank 0 alone writes.
+- *resume*: :meth:`Trainer.save_checkpoint` writes everything a run needs to continue exactly
+  (weights, Adam's moments, the schedule, the position in the data, the RNG states),
+  :meth:`Trainer.load_checkpoint` reads it back, mid-epoch included.
+- *weight averaging* (Sec. 6.1): the weights at the end of the last ``average_last`` epochs.
+- *a time budget*: turned once into a number of steps, from the pace of the run's first steps
+  (:func:`steps_within`); the plan is stored in the checkpoint. The learning rate is a function
+  of the step and that plan, never of the clock: a resumed run, or the same run on a machine
+  twice as fast given the same plan, gets the same rate at the same step.
+
+The names chapter 8 imports from here live in their own modules: :class:`TrainConfig`
+(:mod:`~transformer_book.config`), :func:`label_smoothing_loss` and
+:func:`smoothed_loss_floor` (:mod:`~transformer_book.loss`, Sec. 5.4), :func:`noam_lr`,
+:func:`linear_lr` and :func:`make_optimizer` (:mod:`~transformer_book.schedule`, Sec. 5.3),
+:func:`prepare_corpus` (:mod:`~transformer_book.corpus`, Sec. 5.1), :func:`translate` and
+:func:`corpus_bleu` (:mod:`~transformer_book.evaluation`, Sec. 6.1).
 """
 
-# ruff: noqa: F401 (names re-exported for `from transformer_book.train import ...`)
-from transformer_book.batching import BatchedCorpus, check_token_ids, to_device_ahead
+from __future__ import annotations
+
+import dataclasses
+import os
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from transformer_book.batching import BatchedCorpus, device_batches
 from transformer_book.checkpoint import (
     CHECKPOINT_FORMAT,
     TRAINING_KEYS,
-    _as_tuple,
-    _config_dict,
+    EpochWeights,
+    as_tuple,
     atomic_torch_save,
-    average_state_dicts,
     check_keys,
+    config_dict,
     load_checkpoint,
     load_weights_into,
-    model_from_checkpoint,
-    safe_torch_load,
 )
-from transformer_book.config import SCHEDULES, TrainConfig
+from transformer_book.config import TrainConfig
 from transformer_book.corpus import prepare_corpus
-from transformer_book.distributed import Context, shard_steps, token_shares
-from transformer_book.evaluation import corpus_bleu, translate
+from transformer_book.distributed import (
+    Context,
+    data_parallel,
+    eval_positions,
+    plan_steps,
+    rank_seed,
+)
+from transformer_book.distributed import current as distributed_current
+from transformer_book.evaluation import corpus_bleu, mean_loss, translate
 from transformer_book.loss import label_smoothing_loss, smoothed_loss_floor
-from transformer_book.run_state import History, RunState
-from transformer_book.runlog import METRICS_FILE, append_metrics
+from transformer_book.precision import autocast_dtype
+from transformer_book.runlog import RunLog
 from transformer_book.schedule import linear_lr, make_optimizer, noam_lr
-from transformer_book.step import TrainStep, autocast_dtype
-from transformer_book.trainer import Trainer
+from transformer_book.step import TrainStep
 from transformer_book.utils import get_device
 
-__all__ = [
-    "SCHEDULES", "History", "TrainConfig", "TrainStep", "Trainer", "autocast_dtype",
-    "average_state_dicts", "corpus_bleu", "label_smoothing_loss", "linear_lr", "load_checkpoint",
-    "make_optimizer", "model_from_checkpoint", "noam_lr", "prepare_corpus", "smoothed_loss_floor",
-    "translate",
+__all__ = [  # the loop's own names, then those chapter 8 imports from here
+    "Clock", "History", "TimePlan", "Trainer", "step_parts", "steps_within",
+    "TrainConfig", "TrainStep", "corpus_bleu", "label_smoothing_loss", "linear_lr",
+    "make_optimizer", "noam_lr", "prepare_corpus", "smoothed_loss_floor", "translate",
 ]
+
+#: A time budget is planned after this many steps of a ``fit`` call, from the pace of the steps
+#: after the first ``PACE_FROM`` (which pay for allocations, thread start-up, compilation).
+PLAN_AT, PACE_FROM = 20, 5
+
+
+@dataclass
+class History:
+    """What a run measured, as (step, value) pairs."""
+
+    train_loss: list[tuple[int, float]] = field(default_factory=list)  # label-smoothed, per token
+    val_loss: list[tuple[int, float]] = field(default_factory=list)  # plain cross-entropy
+    lr: list[tuple[int, float]] = field(default_factory=list)
+    tokens_per_second: list[tuple[int, float]] = field(default_factory=list)  # target tokens
+
+    def as_dict(self) -> dict:
+        return {k: [list(p) for p in v] for k, v in dataclasses.asdict(self).items()}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> History:
+        return cls(**{k: [tuple(p) for p in v] for k, v in d.items()})
+
+
+class Clock:
+    """Seconds of training: every ``fit`` call, and those before a resume. ``now`` is the time
+    source (a test can replace it)."""
+
+    def __init__(self, seconds: float = 0.0, now=time.perf_counter):
+        self.seconds, self.now, self.started = seconds, now, None
+
+    def start(self) -> None:
+        self.started = self.now()
+
+    def stop(self) -> None:
+        self.seconds, self.started = self.read(), None
+
+    def read(self) -> float:
+        return self.seconds + (0.0 if self.started is None else self.now() - self.started)
+
+
+def steps_within(budget: float, step: int, elapsed: float, pace: float) -> int:
+    """The step at which a run that is at ``step`` after ``elapsed`` seconds, taking ``pace``
+    seconds a step, has spent ``budget`` seconds (at least ``step``: a spent budget ends it)."""
+    return step + max(0, int((budget - elapsed) / max(pace, 1e-9)))
+
+
+class TimePlan:
+    """*Time budget*: the budget turned into a number of steps, once, after ``PLAN_AT`` steps of a
+    ``fit`` call, at the pace of its steps since the ``PACE_FROM``-th (the slowest rank's). A
+    budget spent before then (a run of a few steps) ends the run where it is. ``steps`` is None
+    until planned; a checkpoint keeps it."""
+
+    def __init__(self, budget: float | None, steps: int | None = None):
+        self.budget, self.steps, self.mark = budget, steps, 0.0
+
+    def update(self, step: int, steps_this_call: int, seconds: float, dist: Context) -> None:
+        if self.budget is None or self.steps is not None:
+            return
+        if steps_this_call == PACE_FROM:
+            self.mark = seconds
+        now, mark = dist.max(seconds, self.mark)  # alike on every rank
+        if now >= self.budget:
+            self.steps = step
+        elif steps_this_call == PLAN_AT:
+            self.steps = steps_within(self.budget, step, now, (now - mark) / (PLAN_AT - PACE_FROM))
+
+
+def step_parts(model: nn.Module, device: torch.device, cfg: TrainConfig, d_model: int,
+               pad_id: int, dist: Context, progress) -> tuple:
+    """What one optimiser step needs (Sec. 5.3-5.4): Adam and its schedule (``progress(steps
+    done)`` drives the linear one), the fp16 loss scaler (off unless fp16), the model's DDP
+    replica (the model itself for one process) and the :class:`TrainStep` that uses them."""
+    cuda = device.type == "cuda"
+    optimizer, scheduler = make_optimizer(
+        model, d_model, cfg.warmup_steps, cfg.lr_factor, schedule=cfg.schedule, progress=progress,
+        fused=cuda if cfg.fused_adam is None else cfg.fused_adam)
+    amp_dtype = autocast_dtype(device, cuda=cfg.amp, cpu=cfg.cpu_amp)
+    # fp16 has a narrow exponent range: small gradients underflow unless the loss is scaled
+    scaler = torch.amp.GradScaler("cuda", enabled=amp_dtype == torch.float16)
+    replica = data_parallel(model, dist, device)  # DDP, if several processes
+    step = TrainStep(replica, optimizer, scheduler, label_smoothing=cfg.label_smoothing,
+                     pad_id=pad_id, amp_dtype=amp_dtype, scaler=scaler,
+                     clip_grad_norm=cfg.clip_grad_norm, compile=cfg.compile,
+                     compile_mode=cfg.compile_mode)
+    return optimizer, scheduler, scaler, replica, step
+
+
+class Trainer:
+    """The training loop of Sec. 5, and everything a run holds: the model (and its DDP replica),
+    Adam and its schedule, the step, the run's position and history.
+
+    ``model`` maps ``(src (B, S), tgt_in (B, T))`` to logits (B, T, V); ``train_data`` and
+    ``val_data`` (or None) are :class:`~transformer_book.batching.BatchedCorpus`; ``d_model``
+    (for Eq. (3)) defaults to ``model_config.d_model``; ``model_config`` and ``extra`` (plain
+    data, e.g. the tokenizer) go into checkpoints. ``distributed``: this process's place in a
+    ``torchrun`` launch (default: the process group joined, if any); every rank must then call
+    :meth:`fit` and :meth:`evaluate` alike.
+    """
+
+    def __init__(self, model: nn.Module, train_data: BatchedCorpus,
+                 config: TrainConfig | None = None, *, d_model: int | None = None,
+                 val_data: BatchedCorpus | None = None, model_config=None,
+                 extra: dict | None = None, distributed: Context | None = None):
+        self.config = cfg = TrainConfig() if config is None else config
+        self.device, self.dist = get_device(cfg.device), distributed or distributed_current()
+        self.model = model.to(self.device)
+        self.train_data, self.val_data, self.pad_id = train_data, val_data, train_data.pad_id
+        self.model_config, self.extra = config_dict(model_config), dict(extra or {})
+        if d_model is None and "d_model" not in (self.model_config or {}):
+            raise ValueError("pass d_model= or a model_config with a d_model field")
+        self.d_model = self.model_config["d_model"] if d_model is None else d_model
+        # where the run stands: plain fields, all of them in the checkpoint
+        self.step = self.epoch = self.batch_in_epoch = 0  # steps done; epoch; its batches done
+        self.history, self.clock = History(), Clock()
+        self.plan = TimePlan(cfg.time_budget)  # the time budget as a number of steps
+        self._epoch_steps = (None, 0)  # (epochs, batches per step) -> steps, counted once
+        self.stop_requested = False  # set (e.g. on Ctrl-C) to stop after this step, saved
+        cuda = self.device.type == "cuda"  # the speed settings left at None switch on there
+        self.optimizer, self.scheduler, self.scaler, self.replica, self.train_step = step_parts(
+            self.model, self.device, cfg, self.d_model, self.pad_id, self.dist,
+            progress=lambda done: min(1.0, done / self.total_steps()))
+        self.amp_dtype = self.train_step.amp_dtype
+        self.sync_every = cfg.sync_every or (50 if cuda else 1)  # losses read every n steps
+        self.prefetch = cuda if cfg.prefetch is None else cfg.prefetch
+        self.snapshots = EpochWeights(cfg.average_last, cfg.checkpoint_dir, write=self.dist.is_main)
+        self.log = RunLog(self, cfg.checkpoint_dir if self.dist.is_main else None, self.dist)
+        torch.manual_seed(rank_seed(cfg.seed, self.dist.rank))  # each rank its own dropout
+
+    def fit(self) -> History:
+        """Train until the run is done (:meth:`done`) or a stop is requested; resumes where the
+        trainer stands. Writes ``last.pt`` every ``checkpoint_every`` steps, at each epoch end
+        and when it stops."""
+        from tqdm import tqdm  # the plain bar: works in terminals and notebooks alike
+
+        cfg, first = self.config, self.step
+        self.clock.start()
+        self.log.drop_unread()  # (those of an interrupted call)
+        try:
+            while not (self.done() or self.stop_requested):
+                # one epoch: the steps left in it, each this rank's batches and their loss shares
+                targets = self.train_data.target_tokens(self.epoch)
+                steps = plan_steps(targets, self.batch_in_epoch, cfg.accumulate, self.dist)
+                mine = [p for s in steps for p in s.positions]
+                batches = device_batches(self.train_data.batches(self.epoch, positions=mine),
+                                         self.device, ahead=self.prefetch, model=self.model)
+                bar = tqdm(total=len(targets), initial=self.batch_in_epoch,
+                           disable=not (cfg.progress and self.dist.is_main),
+                           desc=f"epoch {self.epoch + 1}/{cfg.epochs}")
+                tokens, started, losses = 0, time.perf_counter(), []
+                for planned in steps:
+                    parts = [(next(batches)[1], share) for share in planned.shares]
+                    loss = self.train_step.accumulate(parts, self.dist.world_size)
+                    self.step += 1
+                    self.batch_in_epoch += len(planned.group)
+                    tokens += planned.tokens
+                    self.log.step(self.step, loss, self.scheduler.get_last_lr()[0])
+                    bar.update(len(planned.group))
+                    epoch_over = self.batch_in_epoch == len(targets)
+                    if epoch_over:  # move on before saving, so a resume starts the next epoch
+                        self.epoch, self.batch_in_epoch = self.epoch + 1, 0
+                        if cfg.average_last > 1:  # Sec. 6.1
+                            self.snapshots.add(self.epoch, self.model)
+                    self.after_step()
+                    self.plan.update(self.step, self.step - first, self.clock.read(), self.dist)
+                    finished = self.done()
+                    stop = self.agreed_stop() or finished
+                    validate = self.val_data is not None and (
+                        self.step % cfg.eval_every == 0 if cfg.eval_every else epoch_over or finished)
+                    save = bool(cfg.checkpoint_dir) and (  # decided alike on every rank
+                        self.step % cfg.checkpoint_every == 0 or epoch_over or stop)
+                    if self.log.unread >= self.sync_every or epoch_over or validate or save or stop:
+                        losses += self.log.read_losses()  # (processes: a sum over the ranks)
+                        bar.set_postfix(loss=f"{losses[-1]:.3f}", step=self.step)
+                    if validate:
+                        self.log.validation(self.step, self.epoch, self.evaluate())
+                    if save and self.dist.is_main:  # rank 0 writes: the replicas are identical
+                        self.save_checkpoint(Path(cfg.checkpoint_dir) / "last.pt")
+                    if stop:
+                        break
+                batches.close()
+                bar.close()
+                if tokens:  # throughput; with log_epochs a line on rank 0 (how far it got)
+                    passes = self.epoch + self.batch_in_epoch / len(targets)
+                    self.log.epoch_end(self.step, passes, tokens / (time.perf_counter() - started),
+                                       losses, self.clock.read(), cfg.epochs,
+                                       cfg.log_epochs and self.dist.is_main)
+        finally:
+            self.clock.stop()
+        return self.history
+
+    def total_steps(self) -> int:
+        """The steps the run takes: ``epochs`` epochs, capped at ``max_steps`` and at the time
+        budget's plan once made. The linear schedule decays to 0 there."""
+        cfg, per_step = self.config, self.dist.world_size * self.config.accumulate
+        key = (cfg.epochs, per_step)
+        if self._epoch_steps[0] != key:  # (counting the batches shuffles the data)
+            self._epoch_steps = key, sum(-(-self.train_data.num_batches(e) // per_step)
+                                         for e in range(cfg.epochs))
+        caps = [self._epoch_steps[1], cfg.max_steps, self.plan.steps]
+        return min(c for c in caps if c is not None)
+
+    def done(self) -> bool:
+        return self.epoch >= self.config.epochs or self.step >= self.total_steps()
+
+    def agreed_stop(self) -> bool:
+        """*Processes*: whether any rank was asked to stop (they must stop at the same step)."""
+        if self.dist.enabled:
+            self.stop_requested = bool(self.dist.max(self.stop_requested)[0])
+        return self.stop_requested
+
+    def after_step(self) -> None:
+        """Called after every step, before the time plan, stop, validation and checkpoint
+        decisions; a subclass can watch the run here (the benchmarks keep weights on the way)."""
+
+    def evaluate(self, data: BatchedCorpus | None = None) -> float:
+        """Mean cross-entropy (no smoothing, nats per target token) over ``data`` (default: val).
+        *Processes*: each rank evaluates every ``world_size``-th batch; all return the sum's mean."""
+        data = self.val_data if data is None else data
+        if data is None:
+            raise ValueError("no validation data: pass val_data to Trainer or data here")
+        mine = eval_positions(data.num_batches(0), self.dist)
+        batches = device_batches(data.batches(0, positions=mine), self.device,
+                                 ahead=self.prefetch, model=self.model)
+        return mean_loss(self.model, batches, pad_id=self.pad_id, amp_dtype=self.amp_dtype,
+                         ranks=self.dist)
+
+    def averaged_state_dict(self) -> dict:
+        """Sec. 6.1: the mean of the weights kept at the end of the last ``average_last`` epochs."""
+        return self.snapshots.average()
+
+    def save_checkpoint(self, path: str | os.PathLike) -> None:
+        """*Resume*: write :func:`training_state` atomically to ``path``."""
+        atomic_torch_save(training_state(self), path)
+
+    def load_checkpoint(self, path: str | os.PathLike) -> None:
+        """*Resume*: continue from a checkpoint written by :meth:`save_checkpoint`."""
+        restore_training_state(self, load_checkpoint(path, map_location=self.device), path)
+
+
+def training_state(t: Trainer) -> dict:
+    """Everything a run needs to continue exactly, as plain data (``weights_only=True`` reads
+    it): weights, Adam's moments, the schedule, the position in the data, the time plan, the
+    history, the RNG states (dropout and the batch order continue as if nothing had stopped)."""
+    from transformer_book import __version__
+
+    rng = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    if torch.cuda.is_available():
+        rng["cuda"] = torch.cuda.get_rng_state_all()
+    return {"format": CHECKPOINT_FORMAT, "transformer_book_version": __version__,
+            "model": t.model.state_dict(), "optimizer": t.optimizer.state_dict(),
+            "scheduler": t.scheduler.state_dict(), "scaler": t.scaler.state_dict(),
+            "step": t.step, "epoch": t.epoch, "batch_in_epoch": t.batch_in_epoch,
+            "planned_steps": t.plan.steps, "rng": rng, "history": t.history.as_dict(),
+            "model_config": t.model_config, "train_config": dataclasses.asdict(t.config),
+            "extra": t.extra, "train_seconds": t.clock.read(),
+            "world_size": t.dist.world_size}  # processes that wrote it (may differ later)
+
+
+def restore_training_state(t: Trainer, state: dict, path) -> None:
+    """Load :func:`training_state`'s ``state`` (read from ``path``) into trainer ``t``."""
+    check_keys(state, TRAINING_KEYS, path)
+    load_weights_into(t.model, state["model"], path)
+    t.optimizer.load_state_dict(state["optimizer"])
+    t.scheduler.load_state_dict(state["scheduler"])
+    if state.get("scaler") and t.scaler.is_enabled():  # empty unless it ran in fp16
+        t.scaler.load_state_dict(state["scaler"])
+    t.step, t.epoch, t.batch_in_epoch = state["step"], state["epoch"], state["batch_in_epoch"]
+    t.history = History.from_dict(state["history"])
+    t.clock.seconds = float(state.get("train_seconds", 0.0))
+    same_budget = state["train_config"].get("time_budget") == t.config.time_budget
+    t.plan.steps = state.get("planned_steps") if same_budget else None  # a new budget: replan
+    t.extra.update(state.get("extra") or {})
+    rng = state["rng"]
+    torch.set_rng_state(rng["torch"].cpu())
+    random.setstate(as_tuple(rng["python"]))
+    if "cuda" in rng and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all([s.cpu() for s in rng["cuda"]])
+    t.snapshots.load(up_to_epoch=t.epoch)
+    if t.dist.rank > 0:  # the file holds rank 0's RNG state; the others draw their own
+        torch.manual_seed(rank_seed(t.config.seed, t.dist.rank, t.step))
