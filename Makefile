@@ -108,5 +108,16 @@ compat: $(STAMP)
 	$(COMPAT_VENV)/bin/python -m pytest tests -q --ignore=tests/browser || status=1; \
 	exit $$status
 
+# On a machine with a CUDA GPU: the device's unit tests, chapter 8's quick configuration and 300
+# steps of its full one on `cuda`, each timed, with a time limit (tools/gpu_check.py). No venv is
+# made: the interpreter that has PyTorch runs it (.venv's if there is one, else $(PYTHON)) with
+# the package on PYTHONPATH. Multi30k: $(MULTI30K_DIR), or .gpudata/multi30k. CI has no GPU.
+#   make gpu-check PYTHON=python3 GPU_CHECK_ARGS="--out /tmp/gpu_check.json"
+GPU_PYTHON     ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON))
+GPU_CHECK_ARGS ?=
+.PHONY: gpu-check
+gpu-check:
+	PYTHONPATH=code$${PYTHONPATH:+:$$PYTHONPATH} $(GPU_PYTHON) tools/gpu_check.py $(GPU_CHECK_ARGS)
+
 clean:
 	rm -rf _build

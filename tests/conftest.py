@@ -1,6 +1,8 @@
-"""Shared fixtures: a tiny Transformer trained on the copy task, used by test_model and
-test_decode (trained once per test session, about 10 s of CPU time)."""
+"""Shared fixtures: a tiny Transformer trained on the copy task, used by test_model,
+test_decode and test_evaluation (trained once per test session on the CPU, whatever the machine,
+about 10 s), and the device a device-independent test runs on."""
 
+import os
 from dataclasses import dataclass
 
 import pytest
@@ -54,6 +56,17 @@ def copy_task() -> CopyTask:
         return CopyTask(model=model, final_loss=loss.item())
     finally:
         torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="session")
+def device() -> torch.device:
+    """Where a test whose claim holds on any device runs: ``TRANSFORMER_BOOK_DEVICE`` (``make
+    gpu-check`` sets ``cuda``), else the CPU. A test whose claim is the CPU's (a training outcome,
+    a memory or time figure) does not take this fixture: it names the CPU itself."""
+    name = os.environ.get("TRANSFORMER_BOOK_DEVICE") or "cpu"
+    if torch.device(name).type == "cuda" and not torch.cuda.is_available():
+        pytest.skip(f"TRANSFORMER_BOOK_DEVICE={name} but CUDA is not available")
+    return torch.device(name)
 
 
 @pytest.fixture

@@ -1,6 +1,8 @@
 """transformer_book.evaluation: translate() splits batches that exceed a memory budget, and the
 split batches give the same translations as one batch (greedy and beam search)."""
 
+import copy
+
 import pytest
 from conftest import VOCAB
 from transformer_book import decode
@@ -31,9 +33,13 @@ SENTENCES = ["abcdef", "gfedcb", "ddeeff", "aabbcc", "cdefga", "gggaaa", "bacdge
 
 
 @pytest.mark.parametrize("beam_size", [1, 3])
-def test_memory_budget_splits_batches_and_changes_no_translation(copy_task, beam_size,
+def test_memory_budget_splits_batches_and_changes_no_translation(copy_task, beam_size, device,
                                                                  monkeypatch):
-    model, tok = copy_task.model, Letters()
+    """The claim holds on any device (``device``: the CPU, or CUDA under ``make gpu-check``).
+    How well the fixture copies is not this test's claim (test_model's, on the CPU): the number
+    of these sentences it copies moves with the CPU's arithmetic (10 of 12 on one CPU, 8 on
+    another). Twelve different outputs are enough: a split that mixed sentences up would show."""
+    model, tok = copy.deepcopy(copy_task.model).to(device), Letters()
     assert model.config.tgt_vocab_size == VOCAB
     sizes = []
     name = "greedy_decode" if beam_size == 1 else "beam_search"
@@ -46,7 +52,7 @@ def test_memory_budget_splits_batches_and_changes_no_translation(copy_task, beam
     monkeypatch.setattr(decode, name, counting)
     whole = translate(model, tok, SENTENCES, beam_size=beam_size)
     assert sizes == [len(SENTENCES)]  # one batch without a budget
-    assert sum(w == s for w, s in zip(whole, SENTENCES, strict=True)) >= 10  # it copies
+    assert len(set(whole)) == len(SENTENCES)  # one output per sentence, all different
 
     sizes.clear()
     budget = 2 * decode_memory_bytes(model.config, 7, beam_size)  # 2 sentences of 6 + <eos>
