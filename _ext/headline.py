@@ -52,7 +52,7 @@ def _texts(cell: dict) -> list[str]:
     return out
 
 
-def _hardware(line: str) -> str:
+def read_hardware(line: str) -> str:
     """The hardware as the sentence of intro.md reads it ("on 2 CPU threads (AMD EPYC)")."""
     cpu = CPU_RE.fullmatch(line)
     return f"{cpu['threads']} CPU threads ({cpu['cpu']})" if cpu else line
@@ -93,7 +93,7 @@ def read_headline(path: Path) -> tuple[dict[str, str], str]:
         "headline_bleu": result["bleu"],
         "headline_minutes": result["minutes"],
         "headline_about_minutes": str(_to_five(float(result["minutes"]))),
-        "headline_hardware": _hardware(result["hardware"]),
+        "headline_hardware": read_hardware(result["hardware"]),
         "headline_config": result["config"],
         "headline_german": german.strip(),
         "headline_reference": reference.strip(),

@@ -76,7 +76,7 @@ def _installed_version(app: Sphinx, package: str) -> str:
     return json.loads(manifest.read_text(encoding="utf-8"))["version"]
 
 
-def _satisfies(installed: str, wanted: str | None) -> bool:
+def satisfies(installed: str, wanted: str | None) -> bool:
     """altair asks for a major ("6"), or an exact version ("6.4.1"); a prefix match covers both."""
     if not wanted:
         return True
@@ -119,7 +119,7 @@ def _copy_assets(app: Sphinx) -> dict[str, str]:
     return entry
 
 
-def _rewrite_page(
+def rewrite_page(
     page: Path, outdir: Path, entry: dict[str, str], versions: dict[str, str]
 ) -> None:
     text = page.read_text(encoding="utf-8")
@@ -129,7 +129,7 @@ def _rewrite_page(
     def local(match: re.Match) -> str:
         package, wanted, noext = match.group(1), match.group(2), match.group(3) or ""
         package = "vega" if package == "vega-lib" else package
-        if not _satisfies(versions[package], wanted):
+        if not satisfies(versions[package], wanted):
             logger.warning(
                 f"offline_assets: {docname} asks for {package}@{wanted} but package.json pins "
                 f"{package} {versions[package]}; update package.json and package-lock.json "
@@ -157,7 +157,7 @@ def finish(app: Sphinx, exception: Exception | None) -> None:
     for page in sorted(outdir.rglob("*.html")):
         if "_static" in page.relative_to(outdir).parts:
             continue
-        _rewrite_page(page, outdir, entry, versions)
+        rewrite_page(page, outdir, entry, versions)
 
 
 def setup(app: Sphinx) -> dict:

@@ -18,6 +18,7 @@ import math
 import time
 
 import torch
+from flags import add_flags, set_threads
 from transformer_book import describe_hardware, get_device
 from transformer_book.benchmark import (
     format_bytes,
@@ -52,9 +53,6 @@ def slopes(rows: list[dict], key: str, min_n: int) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
-    p.add_argument("--threads", type=int, default=None,
-                   help="CPU threads (default: PyTorch's choice); 1 is steadier on a busy machine")
     p.add_argument("--min-len", type=int, default=64)
     p.add_argument("--max-len", type=int, default=None,
                    help="longest n (default 4096 on CPU, 65536 on CUDA; OOM stops one method)")
@@ -66,11 +64,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--no-memory", action="store_true", help="skip the peak-memory measurements")
     p.add_argument("--rnn-max-len", type=int, default=None,
                    help="longest n for the layer comparison (default: min(max-len, 2048))")
-    p.add_argument("--quick", action="store_true", help="n = 64 .. 512, two repeats")
+    add_flags(p, "threads", "device", "quick")  # --quick: n = 64 .. 512, two repeats
     args = p.parse_args(argv)
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    set_threads(args)
     device = get_device(args.device)
     max_len = args.max_len or (65536 if device.type == "cuda" else 4096)
     repeats = args.repeats

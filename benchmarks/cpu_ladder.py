@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 import torch
+from flags import add_flags, results_folder
 from transformer_book import describe_hardware
 from transformer_book.benchmark.cpu_ladder import (
     CPU_LADDER,
@@ -40,11 +41,9 @@ from transformer_book.benchmark.cpu_ladder import (
     summarize_ladder,
 )
 from transformer_book.benchmark.timing import format_table
-from transformer_book.config import TransformerConfig
+from transformer_book.config import model_config_for
 from transformer_book.files import atomic_write
 from transformer_book.step import native_cpu_bf16
-
-RESULTS = Path(__file__).resolve().parent / "results"
 
 #: The profiled settings (eager; the threads are set per run).
 PROFILES = (
@@ -68,24 +67,19 @@ LADDER_COLUMNS = [
 
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--threads", type=int, default=2, help="threads of the multi-thread rungs")
     p.add_argument("--steps", type=int, default=10, help="batches (steps) per round")
     p.add_argument("--rounds", type=int, default=6, help="timed rounds after a warm-up round")
     p.add_argument("--profile-steps", type=int, default=10, help="profiled (active) steps")
     p.add_argument("--only", choices=("ladder", "profile"), default=None)
-    p.add_argument("--machine", default=None, help="results folder, e.g. cpu-2026-11-24")
     p.add_argument("--note", default="", help="what else ran on the machine, for the record")
-    p.add_argument("--quick", action="store_true", help="tiny model, few steps: a smoke test")
+    # --threads: the threads of the multi-thread rungs (the others run on 1);
+    # --quick: the tiny model, one round of 2 steps
+    add_flags(p, "threads", "machine", "quick", threads=2)
     args = p.parse_args(argv)
     if args.quick:
         args.steps, args.rounds, args.profile_steps = 2, 1, 1
     batches, tokenizer = real_batches(args.steps)
-    config = TransformerConfig.cpu(src_vocab_size=tokenizer.vocab_size,
-                                   tgt_vocab_size=tokenizer.vocab_size, pad_id=tokenizer.pad_id)
-    if args.quick:
-        config = TransformerConfig.tiny(src_vocab_size=tokenizer.vocab_size,
-                                        tgt_vocab_size=tokenizer.vocab_size,
-                                        pad_id=tokenizer.pad_id)
+    config = model_config_for(tokenizer, "tiny" if args.quick else "cpu")
     head = {"date": datetime.date.today().isoformat(),
             "hardware": describe_hardware(torch.device("cpu")).split(",")[0],
             "torch": torch.__version__, "native_bf16": native_cpu_bf16(),
@@ -97,7 +91,7 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"{head['hardware']}, torch {head['torch']}, native bf16: {head['native_bf16']}; "
           f"{len(batches)} batches of at most 1,500 padded tokens per round", flush=True)
     out = {}
-    folder = RESULTS / args.machine if args.machine else None
+    folder = results_folder(args.machine)
     if args.only != "ladder":
         profiles = []
         for threads in (1, args.threads):

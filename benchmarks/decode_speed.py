@@ -22,6 +22,7 @@ import argparse
 import time
 
 import torch
+from flags import add_flags, set_threads
 from transformer_book import describe_hardware, get_device
 from transformer_book.benchmark import (
     format_table,
@@ -29,12 +30,13 @@ from transformer_book.benchmark import (
     measure_decoding,
     source_batches,
 )
+from transformer_book.config import PRESETS
 
 
 def load_model(args, device):
     """(model, tokenizer, description) from a checkpoint, or an untrained model of a preset."""
     if args.checkpoint:
-        from transformer_book.train import model_from_checkpoint
+        from transformer_book.checkpoint import model_from_checkpoint
 
         model, tokenizer, state = model_from_checkpoint(args.checkpoint, device)
         step = state.get("step", "?")
@@ -57,9 +59,6 @@ def load_model(args, device):
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--checkpoint", help="last.pt from `python -m transformer_book train`")
-    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
-    p.add_argument("--threads", type=int, default=None,
-                   help="CPU threads (default: PyTorch's choice); 1 is steadier on a busy machine")
     p.add_argument("--data-dir", help="Multi30k folder (default: $MULTI30K_DIR or the cache)")
     p.add_argument("--split", default="test_2016_flickr")
     p.add_argument("--limit", type=int, help="decode only the first N sentences")
@@ -68,15 +67,15 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--length-penalty", type=float, default=0.6)
     p.add_argument("--no-uncached-beam", action="store_true",
                    help="skip beam search without the cache (the slowest of the four)")
-    p.add_argument("--preset", default="small", help="untrained model's preset (default small)")
+    p.add_argument("--preset", choices=PRESETS["transformer"], default="small",
+                   help="untrained model's preset (default small)")
     p.add_argument("--vocab-size", type=int, default=8000, help="untrained model's BPE size")
     p.add_argument("--steps", type=int, default=20,
                    help="tokens per sentence for the untrained model (Multi30k's English test "
                         "sentences average about 16 subwords)")
-    p.add_argument("--quick", action="store_true", help="first 100 sentences")
+    add_flags(p, "threads", "device", "quick")  # --quick: the first 100 sentences
     args = p.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    set_threads(args)
     if args.quick:
         args.limit = min(args.limit or 100, 100)
 

@@ -27,13 +27,12 @@ import argparse
 import itertools
 import json
 import math
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from experiments import run_one, write_json  # noqa: E402
+from experiments import run_one
+from flags import add_flags, results_folder
+from transformer_book.files import write_json
 
-RESULTS = Path(__file__).resolve().parent / "results"
 D_MODEL = 512  # the base width every run of the sweep uses
 
 
@@ -71,15 +70,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--seeds", type=int, nargs="+", default=[0])
     p.add_argument("--epochs", type=int, default=40)
     p.add_argument("--time-limit", type=float, help="per run: stop after the epoch in progress")
-    p.add_argument("--machine", default="local", help="results folder under benchmarks/results/")
     p.add_argument("--rerun", action="store_true")
-    p.add_argument("--device")
-    p.add_argument("--threads", type=int)
     p.add_argument("--data-dir")
-    p.add_argument("--quick", action="store_true", help="train_bleu.py --quick runs (smoke test)")
+    # --threads, --device, --quick: passed on to every train_bleu.py run
+    add_flags(p, "threads", "device", "machine", "quick", machine="local")
     args = p.parse_args(argv)
 
-    out = RESULTS / args.machine
+    out = results_folder(args.machine)
     runs_dir = out / "depth_norm_sweep_runs"
     grid = itertools.product(args.layers, args.norm, args.peak_lr, args.warmup, args.max_tokens,
                              args.dropout, args.seeds)

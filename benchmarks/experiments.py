@@ -13,12 +13,11 @@ from __future__ import annotations
 import json
 import math
 import statistics
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import train_bleu  # noqa: E402
+import train_bleu
+from transformer_book.files import write_json
 
 
 def choose_on_val(bleu_rows: list[dict], beam: int = 4) -> dict:
@@ -61,10 +60,7 @@ def run_one(argv: list[str], out: Path, rerun: bool = False) -> dict:
         record = {"argv": argv, "diverged": True, "error": str(err), "weights": None,
                   "val_bleu": None, "test2016_bleu": None, "best_val_loss": None, "val_ppl": None,
                   "train_seconds": round(time.perf_counter() - start, 1)}
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(record, indent=1) + "\n")
-    tmp.replace(out)
+    write_json(out, record)
     return record
 
 
@@ -75,10 +71,3 @@ def mean_and_spread(values: list[float | None]) -> dict:
         return {"mean": None, "min": None, "max": None, "std": None, "n": 0}
     return {"mean": round(statistics.fmean(xs), 3), "min": min(xs), "max": max(xs),
             "std": round(statistics.stdev(xs), 3) if len(xs) > 1 else None, "n": len(xs)}
-
-
-def write_json(path: Path, data) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(data, indent=1) + "\n")
-    tmp.replace(path)

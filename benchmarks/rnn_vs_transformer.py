@@ -32,9 +32,7 @@ steps in that budget, and so changes the results: compare runs made on one machi
               tokenizer stays the one learned on all 29k) with budgets of 600, 600 and 900 s,
               per seed (the 29k point is ``final``); validation BLEU after every fifth of the
               budget, and test 2016 scored once, with the weights whose validation BLEU was
-              highest (early stopping): about 75 minutes per seed. (The budgets were 240, 360
-              and 600 s at first: at 1k pairs the recurrent model's validation loss was still
-              falling fast when 240 s ran out; those runs are kept in datasize_first_budgets/.)
+              highest (early stopping): about 75 minutes per seed
   datasize_dropout  each chosen recipe with the other dropout of {0, 0.2} on the 1k and 3k
               subsets, as in datasize but validation only (does the dropout chosen on 29k
               pairs hold back either model on less?): about 42 minutes per seed
@@ -75,20 +73,25 @@ import time
 from pathlib import Path
 
 import torch
+from flags import add_flags, results_folder, set_threads
 from transformer_book import describe_hardware
 from transformer_book.batching import collate
-from transformer_book.checkpoint import build_model
-from transformer_book.config import RecurrentConfig, TrainConfig, TransformerConfig
-from transformer_book.corpus import prepare_corpus
+from transformer_book.config import (
+    RecurrentConfig,
+    TrainConfig,
+    TransformerConfig,
+    model_config_for,
+)
+from transformer_book.corpus import prepare_run_data
 from transformer_book.data import load_multi30k
 from transformer_book.decode import greedy_decode
 from transformer_book.evaluation import corpus_bleu, translate
 from transformer_book.files import atomic_write
+from transformer_book.model import build_model
 from transformer_book.tokenizer import load_or_train_tokenizer
-from transformer_book.trainer import Trainer
+from transformer_book.train import Trainer
 from transformer_book.utils import cpu_identity
 
-RESULTS = Path(__file__).resolve().parent / "results"
 MODELS = ("transformer", "rnn")
 LR_FACTORS = (0.225, 0.45, 0.9)  # x Eq. (3) at the end of a 200-step warm-up: 1e-3, 2e-3, 4e-3
 BATCH_TOKENS = (1500, 3000)
@@ -130,12 +133,10 @@ class Setting:
         return 30 if self.train_limit is None else -(-30 * 29_000 // self.train_limit)
 
     def model_config(self, tokenizer):
-        cls = TransformerConfig if self.model == "transformer" else RecurrentConfig
         changes = {} if self.dropout is None else {"dropout": self.dropout}
         if not self.input_feeding:
             changes["input_feeding"] = False
-        return cls.cpu(src_vocab_size=tokenizer.vocab_size, tgt_vocab_size=tokenizer.vocab_size,
-                       share_embeddings=True, pad_id=tokenizer.pad_id, **changes)
+        return model_config_for(tokenizer, "cpu", self.model, **changes)
 
     def train_config(self, **changes) -> TrainConfig:
         return TrainConfig.cpu(lr_factor=self.lr_factor, max_tokens=self.max_tokens,
@@ -152,14 +153,12 @@ class CurveTrainer(Trainer):
         super().__init__(*args, **kwargs)
         self.every, self.kept = every, []
 
-    def _flags(self) -> tuple[bool, bool]:
-        flags = super()._flags()
+    def after_step(self) -> None:
         mark = (len(self.kept) + 1) * (self.every or 0)
-        if self.every and mark < self.config.time_budget and self.elapsed() >= mark:
+        if self.every and mark < self.config.time_budget and self.clock.read() >= mark:
             weights = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
-            self.kept.append({"train_seconds": round(self.elapsed(), 1), "step": self.step,
+            self.kept.append({"train_seconds": round(self.clock.read(), 1), "step": self.step,
                               "passes": round(self.passes(), 3), "weights": weights})
-        return flags
 
     def passes(self) -> float:
         """Passes over the training data so far."""
@@ -186,12 +185,13 @@ def examples(model, tokenizer, corpus, count: int) -> list[dict]:
     (the decoder re-run on its own output): per decoder layer and head for the Transformer,
     one alignment for the recurrent model; rounded to 3 decimals."""
     model.eval()
+    device = next(model.parameters()).device  # the source goes where the model is (a GPU too)
     out = []
     with torch.no_grad():
         for text, ref in zip(corpus.src[:count], corpus.tgt[:count], strict=True):
             ids = tokenizer.encode(text)
             src = collate([ids], [[]], pad_id=tokenizer.pad_id, bos_id=tokenizer.bos_id,
-                          eos_id=tokenizer.eos_id).src
+                          eos_id=tokenizer.eos_id).src.to(device)
             hyp = greedy_decode(model, src, tokenizer.bos_id, tokenizer.eos_id)  # (1, 1 + T)
             _, weights = model(src, hyp[:, :-1], need_weights=True)
             cross = torch.stack([w[0] for w in weights["decoder_cross"]])  # (L, heads, T, S)
@@ -217,9 +217,9 @@ def train_one(setting: Setting, data: dict, tokenizer, *, curve_points: int = 0,
     (of the curve's points and the final ones) with the best validation BLEU."""
     config = setting.train_config(eval_every=eval_every)
     model_config = setting.model_config(tokenizer)
-    train = prepare_corpus(tokenizer, data["train"], config.max_tokens, seed=config.seed,
-                           max_len=model_config.max_len - 2, limit=setting.train_limit)
-    val = prepare_corpus(tokenizer, data["val"], config.max_tokens, shuffle=False)
+    _, train, val = prepare_run_data(data["train"], data["val"], tokenizer=tokenizer,
+                                     max_tokens=config.max_tokens, max_len=model_config.max_len,
+                                     seed=config.seed, limit=setting.train_limit)
     torch.manual_seed(config.seed)
     model = build_model(model_config)
     trainer = CurveTrainer(model, train, config, model_config=model_config,
@@ -234,10 +234,10 @@ def train_one(setting: Setting, data: dict, tokenizer, *, curve_points: int = 0,
     record = {
         "setting": dataclasses.asdict(setting), "name": setting.name,
         "model_config": model_config.to_dict(), "parameters": model.num_parameters(),
-        "training_pairs": len(train), "train_seconds": round(trainer.elapsed(), 1),
+        "training_pairs": len(train), "train_seconds": round(trainer.clock.read(), 1),
         "wall_seconds": round(wall, 1), "steps": trainer.step,
         "passes": round(trainer.passes(), 3), "target_tokens": trainer.target_tokens_seen(),
-        "tokens_per_second": round(trainer.target_tokens_seen() / trainer.elapsed()),
+        "tokens_per_second": round(trainer.target_tokens_seen() / trainer.clock.read()),
         "tokens_per_second_epochs": [[s, round(v)] for s, v in history.tokens_per_second],
         "val_loss": [[s, round(v, 4)] for s, v in history.val_loss],
         "train_loss_last": round(loss[-1], 4), "peak_lr": max(v for _, v in history.lr),
@@ -464,7 +464,9 @@ def precision(args, data, tokenizer, folder: Path) -> None:
     if path is None:
         return
     settings = {m: chosen(folder, m) for m in MODELS}
-    train = prepare_corpus(tokenizer, data["train"], settings["transformer"].max_tokens, seed=0)
+    train = prepare_run_data(data["train"], None, tokenizer=tokenizer,
+                             max_tokens=settings["transformer"].max_tokens,
+                             max_len=settings["transformer"].model_config(tokenizer).max_len).train
     # --quick (the tests): 1 untimed and 2 timed batches, one round
     batches = list(itertools.islice(train.batches(epoch=0), 3 if args.quick else 9))
     rows = []
@@ -563,26 +565,23 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("part", choices=("screen", "dropout", "final", "longer", "datasize",
                                     "datasize_dropout",
                                     "throughput", "precision", "collect"))
-    p.add_argument("--machine", required=True,
-                   help="results folder under benchmarks/results (e.g. cpu-2026-11-24), or a path")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     p.add_argument("--sizes", type=int, nargs="+", default=None,
                    help="datasize: only these subset sizes (of 1000 3000 10000)")
     p.add_argument("--budget", type=float, default=None,
                    help="seconds per run instead of the part's own (for trying the script)")
-    p.add_argument("--threads", type=int, default=2)
     p.add_argument("--weights-dir", type=Path, default=None,
                    help="final: also save each run's final weights here (not in the results)")
     p.add_argument("--data-dir", default=None, help="Multi30k files (default: $MULTI30K_DIR)")
     p.add_argument("--note", default="", help="what else ran on the machine, for the record")
-    p.add_argument("--quick", action="store_true",
-                   help="a smoke test: 400 training pairs, 8 validation and test sentences, "
-                   "10 s per run")
+    # --quick: 400 training pairs, 8 validation and test sentences, 10 s per run
+    add_flags(p, "threads", "machine", "quick", threads=2)
     args = p.parse_args(argv)
+    if args.machine is None:
+        p.error("--machine is required: the results folder of the parts' runs")
     args.argv = list(sys.argv[1:] if argv is None else argv)
-    torch.set_num_threads(args.threads)
-    machine = Path(args.machine)
-    folder = (machine if machine.is_absolute() else RESULTS / machine) / "rnn_vs_transformer"
+    set_threads(args)
+    folder = results_folder(args.machine) / "rnn_vs_transformer"
     if args.part == "collect":
         collect(args, folder)
         return

@@ -24,13 +24,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from experiments import mean_and_spread, run_one, write_json  # noqa: E402
-
-RESULTS = Path(__file__).resolve().parent / "results"
+from experiments import mean_and_spread, run_one
+from flags import add_flags, results_folder
+from transformer_book.files import write_json
 
 # The paper's Table 3: row -> (changes to the base model, dev PPL, dev BLEU, params in millions).
 # Unlisted values are those of the base row (N 6, d_model 512, d_ff 2048, h 8, d_k = d_v = 64,
@@ -123,8 +121,6 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rows", default="all", help="rows or families, e.g. base,A,C3 (default all)")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
-    p.add_argument("--machine", default="local",
-                   help="results folder name under benchmarks/results/, e.g. h100-2026-11-24")
     p.add_argument("--rerun", action="store_true", help="train again runs whose file exists")
     # The base recipe (every row changes only its own settings). Defaults: the paper's base model
     # with the best six-layer post-norm recipe measured so far on Multi30k (benchmarks/README.md).
@@ -133,10 +129,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--warmup-steps", type=int, default=4000)
     p.add_argument("--lr-factor", type=float, default=0.5)
     p.add_argument("--time-limit", type=float, help="per run: stop after the epoch in progress")
-    p.add_argument("--device")
-    p.add_argument("--threads", type=int)
     p.add_argument("--data-dir")
-    p.add_argument("--quick", action="store_true", help="train_bleu.py --quick for every run (smoke test)")
+    # --threads, --device, --quick: passed on to every train_bleu.py run
+    add_flags(p, "threads", "device", "machine", "quick", machine="local")
     args = p.parse_args(argv)
 
     recipe = ["--preset", "base", "--epochs", str(args.epochs), "--max-tokens", str(args.max_tokens),
@@ -147,7 +142,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
             recipe += ["--" + flag.replace("_", "-"), str(getattr(args, flag))]
     if args.quick:
         recipe.append("--quick")
-    out = RESULTS / args.machine
+    out = results_folder(args.machine)
     runs_dir = out / "table3_runs"
     for row in select_rows(args.rows):
         for seed in args.seeds:

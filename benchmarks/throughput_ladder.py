@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import statistics
 import time
 from pathlib import Path
 
 import torch
+from flags import add_flags, results_folder, set_threads
 from transformer_book import describe_hardware, get_device
 from transformer_book.benchmark import (
     LADDER_COLUMNS,
@@ -35,9 +35,8 @@ from transformer_book.benchmark import (
 )
 from transformer_book.benchmark.ladder import json_rows
 from transformer_book.config import TransformerConfig
+from transformer_book.files import write_json
 from transformer_book.model import Transformer
-
-RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def model_pair(config: TransformerConfig):
@@ -57,8 +56,6 @@ def model_pair(config: TransformerConfig):
 
 def main(argv: list[str] | None = None) -> list[dict]:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
-    p.add_argument("--threads", type=int, default=None, help="CPU threads")
     p.add_argument("--configs", nargs="+", choices=("small", "base"), default=["small", "base"])
     p.add_argument("--vocab", type=int, default=8000, help="shared vocabulary size")
     p.add_argument("--small-batch", type=int, default=32, help="sentences per step (small)")
@@ -71,13 +68,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--rounds", type=int, default=3, help="timed rounds after one warm-up round")
     p.add_argument("--compile-on-cpu", action="store_true",
                    help="also climb the torch.compile rung on a CPU (minutes per model)")
-    p.add_argument("--machine", default=None,
-                   help="results folder name, e.g. h100-2026-11-23 (default: no file written)")
-    p.add_argument("--quick", action="store_true", help="tiny config, one round: seconds")
+    add_flags(p, "threads", "device", "machine", "quick")  # --quick: tiny config, one round
     args = p.parse_args(argv)
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    set_threads(args)
     device = get_device(args.device)
     cuda = device.type == "cuda"
     amp_dtype = torch.bfloat16 if cuda else None
@@ -121,12 +115,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
 
 
 def write(rows: list[dict], args, device) -> Path:
-    out = RESULTS / args.machine / "throughput_ladder.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({
+    out = results_folder(args.machine) / "throughput_ladder.json"
+    write_json(out, {
         "hardware": describe_hardware(device), "torch": torch.__version__,
         "date": datetime.date.today().isoformat(), "threads": torch.get_num_threads(),
-        "steps": args.steps, "rounds": args.rounds, "rows": json_rows(rows)}, indent=1) + "\n")
+        "steps": args.steps, "rounds": args.rounds, "rows": json_rows(rows)})
     return out
 
 

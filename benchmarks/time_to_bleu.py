@@ -40,20 +40,19 @@ import time
 from pathlib import Path
 
 import torch
+from flags import add_flags, results_folder, set_threads
 from torch import nn
 from transformer_book import describe_hardware, get_device, set_seed
 from transformer_book.benchmark import TorchTransformerBaseline, count_train_flops
-from transformer_book.budget import Clock
 from transformer_book.config import TransformerConfig
+from transformer_book.corpus import prepare_run_data
 from transformer_book.data import load_multi30k
 from transformer_book.evaluation import corpus_bleu, translate
 from transformer_book.files import atomic_write
 from transformer_book.model import Transformer
 from transformer_book.tokenizer import load_or_train_tokenizer
-from transformer_book.train import TrainConfig, TrainStep, make_optimizer, prepare_corpus
+from transformer_book.train import Clock, TrainConfig, TrainStep, make_optimizer
 from transformer_book.utils import cpu_identity
-
-RESULTS = Path(__file__).resolve().parent / "results"
 
 
 @dataclasses.dataclass
@@ -149,8 +148,9 @@ def val_bleu(model, tokenizer, corpus, beam_size: int = 1) -> float:
 def run(recipe: Recipe, args, data: dict, tokenizer) -> dict:
     model, config = build_model(recipe, tokenizer)
     model.to(args.device)
-    train = prepare_corpus(tokenizer, data["train"], recipe.max_tokens, seed=recipe.seed,
-                           max_len=config.max_len - 2)
+    train = prepare_run_data(data["train"], None, tokenizer=tokenizer,
+                             max_tokens=recipe.max_tokens, max_len=config.max_len,
+                             seed=recipe.seed).train
     clock = Clock()  # seconds of training steps only: stopped while evaluating
     elapsed = clock.read
 
@@ -255,18 +255,16 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--reference-eval-every", type=float, default=None,
                    help="seconds of training between the references' evaluations (default: "
                    "--eval-every; decoding an untrained model to the length limit is slow)")
-    p.add_argument("--threads", type=int, default=None)
-    p.add_argument("--device", default=None, help="cpu, cuda ... (default: CUDA when available)")
     p.add_argument("--data-dir", default=None)
-    p.add_argument("--machine", default=None, help="results folder, e.g. cpu-2026-11-24")
-    p.add_argument("--out", default=None, help="write the results here instead")
+    p.add_argument("--out", default=None, help="write the results here instead of the "
+                   "--machine folder's time_to_bleu.json")
     p.add_argument("--note", default="", help="what else ran on the machine, for the record")
     p.add_argument("--no-test", action="store_true",
                    help="do not score test 2016 (screening runs: choices use validation only)")
-    p.add_argument("--quick", action="store_true", help="tiny data and budget: a smoke test")
+    # --quick: 400 training pairs, 20 validation and test sentences, 10 s per recipe
+    add_flags(p, "threads", "device", "machine", "quick")
     args = p.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    set_threads(args)
     args.device = get_device(args.device)
     args.val_target = args.target if args.val_target is None else args.val_target
     if args.reference_eval_every is None:
@@ -278,7 +276,7 @@ def main(argv: list[str] | None = None) -> dict:
                 for (k, v), n in zip(data.items(), (400, 20, 20), strict=True)}
         args.eval_every = args.reference_eval_every = 5.0
     path = (Path(args.out) if args.out else
-            RESULTS / args.machine / "time_to_bleu.json" if args.machine else None)
+            results_folder(args.machine) / "time_to_bleu.json" if args.machine else None)
     out = {"date": datetime.date.today().isoformat(), "device": describe_hardware(args.device),
            "cpu": cpu_identity(), "threads": torch.get_num_threads(), "torch": torch.__version__,
            "command": "python " + shlex.join([sys.argv[0], *(argv or sys.argv[1:])]),

@@ -26,39 +26,36 @@ import time
 from pathlib import Path
 
 import torch
+from flags import add_flags, set_threads
 from transformer_book import describe_hardware, set_seed
-from transformer_book.cli.common import add_config_flags, given_settings
-from transformer_book.config import TransformerConfig
+from transformer_book.cli.common import add_config_flags, add_override_flags, given_settings
+from transformer_book.config import PRESETS, TransformerConfig, model_config_for
+from transformer_book.corpus import prepare_run_data
 from transformer_book.data import load_multi30k
 from transformer_book.model import Transformer
 from transformer_book.tokenizer import load_or_train_tokenizer
-from transformer_book.train import TrainConfig, Trainer, corpus_bleu, prepare_corpus, translate
+from transformer_book.train import TrainConfig, Trainer, corpus_bleu, translate
 
-PRESETS = ("tiny", "small", "cpu", "base", "big")
+#: The TransformerConfig fields this script can change in the preset (--norm-first: pre-norm
+#: sub-layers, chapter 5; --learned-positions: Table 3 row E; --embed-init normal: the paper's
+#: code's embedding scale).
 MODEL_FIELDS = ("d_model", "num_heads", "num_layers", "d_ff", "d_key", "d_value", "dropout",
-                "attention_dropout", "ffn_dropout")
+                "attention_dropout", "ffn_dropout", "norm_first", "learned_positions",
+                "embed_init")
 #: The TrainConfig fields this script takes as flags (help, types and valid values from the
 #: dataclass, as for `python -m transformer_book train`). Left out, a flag keeps the preset's
 #: value: TrainConfig.cpu() for --preset cpu, else TrainConfig()'s (10 epochs, 4,096 tokens,
 #: warm-up 4,000, Eq. 3), and average_last 5 (1 with --preset cpu, whose time budget ends it
 #: inside an epoch).
 TRAIN_FIELDS = ("epochs", "max_tokens", "warmup_steps", "lr_factor", "schedule", "time_budget",
-                "label_smoothing", "clip_grad_norm", "average_last", "seed", "device", "cpu_amp")
+                "label_smoothing", "clip_grad_norm", "average_last", "seed", "cpu_amp")
 
 
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data-dir", help="Multi30k folder (default: $MULTI30K_DIR, else download)")
-    p.add_argument("--preset", choices=PRESETS, default="small")
-    for name in MODEL_FIELDS:
-        kind = float if "dropout" in name else int
-        p.add_argument(f"--{name.replace('_', '-')}", type=kind, help="override the preset")
-    p.add_argument("--norm-first", action="store_true",
-                   help="pre-norm sub-layers (chapter 5; the paper is post-norm)")
-    p.add_argument("--learned-positions", action="store_true",
-                   help="learned positional embeddings (Table 3 row E; the paper uses sinusoids)")
-    p.add_argument("--embed-init", choices=("xavier", "normal"),
-                   help="embedding initialisation (default: the preset's, xavier)")
+    p.add_argument("--preset", choices=PRESETS["transformer"], default="small")
+    add_override_flags(p, TransformerConfig, MODEL_FIELDS)
     p.add_argument("--vocab-size", type=int, default=8000)
     add_config_flags(p, TrainConfig, TRAIN_FIELDS)
     p.add_argument("--beam-size", type=int, default=4)
@@ -67,17 +64,15 @@ def main(argv: list[str] | None = None) -> dict:
                    help="comma-separated splits to translate and score after training")
     p.add_argument("--time-limit", type=float,
                    help="stop after the epoch during which this many seconds have passed")
-    p.add_argument("--threads", type=int, help="CPU threads")
     p.add_argument("--name", default="run", help="label of this run in the output")
     p.add_argument("--json", help="write the results to this file")
     p.add_argument("--summary-json", help="also write a short record to this file: test 2016 "
                    "BLEU (beam), train_seconds, threads, cpu, torch, config, "
                    "sacrebleu_signature and the command that reproduces it")
-    p.add_argument("--quick", action="store_true",
-                   help="tiny model, 2,000 training pairs, 100 sentences scored: a smoke test")
+    # --quick: the tiny model for 2 epochs on 2,000 training pairs, 100 sentences scored
+    add_flags(p, "threads", "device", "quick")
     args = p.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    set_threads(args)
 
     start = time.perf_counter()
     train = load_multi30k("train", args.data_dir)
@@ -92,20 +87,12 @@ def main(argv: list[str] | None = None) -> dict:
     preset_train = TrainConfig.cpu() if args.preset == "cpu" else TrainConfig()
     config = dataclasses.replace(preset_train, **{
         "average_last": 1 if args.preset == "cpu" else 5, "progress": False, "log_epochs": True,
-        **given_settings(args, TRAIN_FIELDS)})
-    overrides = {k: getattr(args, k) for k in MODEL_FIELDS if getattr(args, k) is not None}
-    if args.norm_first:
-        overrides["norm_first"] = True
-    if args.learned_positions:
-        overrides["learned_positions"] = True
-    if args.embed_init:
-        overrides["embed_init"] = args.embed_init
-    model_config = getattr(TransformerConfig, args.preset)(
-        src_vocab_size=tokenizer.vocab_size, tgt_vocab_size=tokenizer.vocab_size,
-        pad_id=tokenizer.pad_id, **overrides)
-    train_data = prepare_corpus(tokenizer, train, config.max_tokens, seed=config.seed,
-                                max_len=model_config.max_len - 2)
-    val_data = prepare_corpus(tokenizer, splits["val"], config.max_tokens, shuffle=False)
+        **given_settings(args, [*TRAIN_FIELDS, "device"])})
+    model_config = model_config_for(tokenizer, args.preset,
+                                    **given_settings(args, MODEL_FIELDS))
+    _, train_data, val_data = prepare_run_data(
+        train, splits["val"], tokenizer=tokenizer, max_tokens=config.max_tokens,
+        max_len=model_config.max_len, seed=config.seed)
     set_seed(config.seed)
     model = Transformer(model_config)
     trainer = Trainer(model, train_data, config, model_config=model_config, val_data=val_data)
@@ -115,15 +102,16 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"[{args.name}] {config}", flush=True)
 
     train_start = time.perf_counter()
-    if args.time_limit is None:
-        trainer.fit()
-    else:  # epoch by epoch, so that the time limit can stop the run between epochs
-        for epoch in range(1, config.epochs + 1):
-            trainer.config = dataclasses.replace(config, epochs=epoch)
-            trainer.fit()
-            if time.perf_counter() - train_start > args.time_limit:
-                print(f"[{args.name}] time limit reached after epoch {epoch}")
-                break
+    if args.time_limit is not None:  # stop at the first epoch end past the time limit
+
+        def stop_between_epochs():
+            if trainer.batch_in_epoch == 0 and time.perf_counter() - train_start > args.time_limit:
+                trainer.stop_requested = True
+
+        trainer.after_step = stop_between_epochs
+    trainer.fit()
+    if trainer.stop_requested:
+        print(f"[{args.name}] time limit reached after epoch {trainer.epoch}")
     train_seconds = time.perf_counter() - train_start
 
     weights = {"last": {k: v.detach().clone() for k, v in model.state_dict().items()}}

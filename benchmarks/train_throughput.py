@@ -18,6 +18,7 @@ import argparse
 import time
 
 import torch
+from flags import add_flags, set_threads
 from transformer_book import describe_hardware, get_device
 from transformer_book.benchmark import (
     TorchTransformerBaseline,
@@ -27,11 +28,9 @@ from transformer_book.benchmark import (
     measure_train_throughput,
     profile_train_step,
 )
-from transformer_book.config import TransformerConfig
+from transformer_book.config import PRESETS, TransformerConfig
 from transformer_book.model import Transformer
 
-PRESETS = {"tiny": TransformerConfig.tiny, "small": TransformerConfig.small,
-           "base": TransformerConfig.base, "big": TransformerConfig.big}
 AMP = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 # The Annotated Transformer (Rush, 2018) reports about 27,000 tokens/s on four GPUs (V100s).
@@ -93,10 +92,7 @@ def run(config: TransformerConfig, args, device, amp_dtype, label: str) -> list[
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
-    p.add_argument("--threads", type=int, default=None,
-                   help="CPU threads (default: PyTorch's choice); 1 is steadier on a busy machine")
-    p.add_argument("--config", choices=sorted(PRESETS), default="small")
+    p.add_argument("--config", choices=PRESETS["transformer"], default="small")
     p.add_argument("--vocab", type=int, default=8000, help="shared vocabulary size")
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--src-len", type=int, default=24)
@@ -113,11 +109,10 @@ def main(argv: list[str] | None = None) -> None:
                    help="on CUDA, skip the paper's base model in bf16")
     p.add_argument("--base-batch", type=int, default=256, help="batch of the base-model run")
     p.add_argument("--base-len", type=int, default=64, help="source = target length there")
-    p.add_argument("--quick", action="store_true", help="tiny config, one round of two steps")
+    add_flags(p, "threads", "device", "quick")  # --quick: tiny config, one round of two steps
     args = p.parse_args(argv)
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    set_threads(args)
     device = get_device(args.device)
     args.dtype = args.dtype or ("bf16" if device.type == "cuda" else "fp32")
     if args.quick:
@@ -125,7 +120,7 @@ def main(argv: list[str] | None = None) -> None:
     amp_dtype = AMP[args.dtype]
     print(f"Hardware: {describe_hardware(device)}")
     start = time.perf_counter()
-    config = matched_configs(PRESETS[args.config](
+    config = matched_configs(getattr(TransformerConfig, args.config)(
         src_vocab_size=args.vocab, tgt_vocab_size=args.vocab, dropout=args.dropout,
         max_len=max(512, args.src_len, args.tgt_len)))
     run(config, args, device, amp_dtype, f"Config '{args.config}'")

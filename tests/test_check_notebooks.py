@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
+import check_notebooks
 import nbformat
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
-import check_notebooks  # noqa: E402
-from install_cell import ROOT, install_cell_source  # noqa: E402
+from install_cell import ROOT, install_cell_source
 
 
 def make_notebook(tmp_path: Path, *cells) -> Path:

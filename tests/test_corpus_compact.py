@@ -18,7 +18,7 @@ from transformer_book.corpus import (
     PairStream,
     TokenIds,
     encode_pairs,
-    prepare_compact_corpus,
+    id_dtype,
 )
 from transformer_book.data import ParallelCorpus
 from transformer_book.tokenizer import SubwordTokenizer
@@ -44,13 +44,14 @@ def batches(data, epoch=0):
     return [(b.src.tolist(), b.tgt_in.tolist(), b.tgt_out.tolist()) for b in data.batches(epoch)]
 
 
-def test_token_ids_pack_lists():
+def test_token_ids_index_sentences():
     seqs = [[5, 6, 7], [], [70000 - 1], [8]]
-    ids = TokenIds.from_lists(seqs, vocab_size=70000)
+    ids = TokenIds(np.array([5, 6, 7, 70000 - 1, 8], dtype=id_dtype(70000)),
+                   np.array([0, 3, 3, 4, 5]))
     assert ids.flat.dtype == np.int32 and len(ids) == 4  # more than 65,536 ids: int32
     assert [ids[i] for i in range(4)] == seqs and ids[-1] == [8]
     assert ids.lengths.tolist() == [3, 0, 1, 1]
-    assert TokenIds.from_lists(seqs[:2], vocab_size=8000).flat.dtype == np.uint16
+    assert id_dtype(8000) == np.uint16
     with pytest.raises(IndexError):
         ids[4]
     with pytest.raises(ValueError, match="offsets"):
@@ -78,18 +79,17 @@ def listed(tok, data, max_tokens, max_len, **kwargs) -> BatchedCorpus:
 
 
 @pytest.mark.parametrize("widths", [None, (8, 16, 32)])
-def test_compact_corpus_batches_exactly_like_prepare_corpus(tok, widths):
+def test_compact_corpus_batches_exactly_like_the_lists(tok, widths):
     data = corpus()
     full = listed(tok, data, 96, 12, seed=3, widths=widths)
-    compact = prepare_compact_corpus(tok, data, 96, seed=3, max_len=12, widths=widths)
+    compact = prepare_corpus(tok, data, 96, seed=3, max_len=12, widths=widths)
     assert isinstance(compact, BatchedCorpus) and len(compact) == len(full) < len(data)
-    assert prepare_corpus is prepare_compact_corpus  # one implementation, two names
     for epoch in (0, 1):
         assert batches(compact, epoch) == batches(full, epoch)
         assert compact.target_tokens(epoch) == full.target_tokens(epoch)
     # train --train-limit: the first pairs, then the long ones dropped
     first = ParallelCorpus("train", "de", "en", data.src[:9], data.tgt[:9])
-    assert batches(prepare_compact_corpus(tok, data, 96, max_len=12, limit=9)) == \
+    assert batches(prepare_corpus(tok, data, 96, max_len=12, limit=9)) == \
         batches(listed(tok, first, 96, 12))
     src, tgt = encode_pairs(tok, data)
     lists = BatchedCorpus([src[i] for i in range(len(src))], [tgt[i] for i in range(len(tgt))],
@@ -111,9 +111,9 @@ def test_saved_ids_load_memory_mapped(tok, tmp_path):
 
 def test_empty_stream_and_all_too_long_are_one_line_errors(tok):
     with pytest.raises(CorpusError, match="toy: no sentence pairs"):
-        prepare_compact_corpus(tok, PairStream(lambda: iter(()), name="toy"), 64)
+        prepare_corpus(tok, PairStream(lambda: iter(()), name="toy"), 64)
     with pytest.raises(CorpusError, match="longer than 1 subwords"):
-        prepare_compact_corpus(tok, corpus(2), 64, max_len=1)
+        prepare_corpus(tok, corpus(2), 64, max_len=1)
     # a stream is read afresh on every pass
     stream = PairStream(lambda: zip(DE, EN, strict=True), name="toy")
     assert list(stream) == list(stream) == list(zip(DE, EN, strict=True))

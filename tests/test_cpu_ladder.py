@@ -65,13 +65,13 @@ def test_compiled_bf16_rung_falls_back_to_a_traceable_forward(monkeypatch):
     backend traces as inductor would, without the minutes of code generation."""
     monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="aot_eager"))
     rung = CpuRung("compiled", precision="bf16", dropout=0.0, compile=True)
-    step, note, failed_seconds = cpu_ladder._first_call(rung, CONFIG, BATCHES[0], seed=0)
+    step, note, failed_seconds = cpu_ladder.first_call(rung, CONFIG, BATCHES[0], seed=0)
     assert failed_seconds >= 0 and (failed_seconds > 0) == bool(note)
     if note:  # the package's step could not be compiled: the fallback ran the same computation
         assert "BF16Forward" in note and isinstance(step.model, cpu_ladder.BF16Forward)
     eager_step, _ = cpu_ladder.make_cpu_step(CpuRung("eager", precision="bf16", dropout=0.0),
                                              CONFIG)
-    eager_step(BATCHES[0])  # the step _first_call made
+    eager_step(BATCHES[0])  # the step first_call made
     compiled_loss = float(step(BATCHES[1]))
     torch._dynamo.reset()
     torch.testing.assert_close(compiled_loss, float(eager_step(BATCHES[1])), rtol=1e-3, atol=1e-3)

@@ -5,16 +5,12 @@ from __future__ import annotations
 
 import json
 import math
-import sys
-from pathlib import Path
 
+import depth_norm_sweep
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-import depth_norm_sweep  # noqa: E402
-import table3  # noqa: E402
-from experiments import choose_on_val, mean_and_spread  # noqa: E402
-from transformer_book.train import noam_lr  # noqa: E402
+import table3
+from experiments import choose_on_val, mean_and_spread
+from transformer_book.train import noam_lr
 
 
 def bleu_rows(val_last, val_mean, test_last, test_mean):

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
+import headline
 import pytest
 from sphinx.errors import ExtensionError
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "_ext"))
-import headline  # noqa: E402
 
 
 def test_reads_the_stored_result_of_chapter_8():
@@ -33,7 +31,7 @@ def test_reads_the_result_line_of_each_configuration(config, hardware, reads):
             "test 2016 BLEU 33.05 (beam 4, weights: last epoch)")
     result = headline.RESULT_RE.search(line)
     assert (result["config"], result["minutes"], result["bleu"]) == (config, "19.2", "33.05")
-    assert headline._hardware(result["hardware"]) == reads
+    assert headline.read_hardware(result["hardware"]) == reads
 
 
 def test_a_notebook_without_outputs_fails_the_build_clearly(tmp_path):

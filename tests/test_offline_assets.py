@@ -7,16 +7,14 @@ or writes its CDN addresses in a form the rewrite does not recognise.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import altair as alt
+import offline_assets
 import pandas as pd
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "_ext"))
-import offline_assets  # noqa: E402
 
 PINS = json.loads((ROOT / "package.json").read_text(encoding="utf-8"))["dependencies"]
 
@@ -40,7 +38,7 @@ def test_altair_chart_is_rewritten_to_local_files(tmp_path):
     assert "cdn.jsdelivr.net/npm/vega" in html  # what the notebook keeps, for Jupyter and Colab
     page.write_text(html, encoding="utf-8")
     entry = {p: f"npm/{p}/{Path(main).name}" for p, (_, main) in offline_assets.PACKAGES.items()}
-    offline_assets._rewrite_page(page, tmp_path, entry, dict(PINS))
+    offline_assets.rewrite_page(page, tmp_path, entry, dict(PINS))
     out = page.read_text(encoding="utf-8")
     assert "cdn.jsdelivr.net" not in out
     assert '"../_static/npm/vega-lite/vega-lite.min.js?noext"' in out
@@ -51,7 +49,7 @@ def test_pinned_versions_satisfy_what_altair_asks_for():
     asked = {m.group(1): m.group(2) for m in offline_assets.CDN_RE.finditer(_altair_html())}
     assert {"vega", "vega-lite", "vega-embed"} <= set(asked), asked
     for package in ("vega", "vega-lite", "vega-embed"):
-        assert offline_assets._satisfies(PINS[package], asked[package]), (
+        assert offline_assets.satisfies(PINS[package], asked[package]), (
             f"altair {alt.__version__} asks for {package}@{asked[package]}, package.json pins "
             f"{PINS[package]}: update package.json and package-lock.json"
         )
@@ -69,4 +67,4 @@ def test_pinned_versions_satisfy_what_altair_asks_for():
     ],
 )
 def test_version_match(installed, wanted, ok):
-    assert offline_assets._satisfies(installed, wanted) is ok
+    assert offline_assets.satisfies(installed, wanted) is ok

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
+import reading_time
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tools"))
-import reading_time  # noqa: E402
 
 PAGE = """<html><body><article class="bd-article">
 <h1>Attention<a class="headerlink" href="#a">#</a></h1>

@@ -30,7 +30,7 @@ from transformer_book.model import Transformer
 from transformer_book.recurrent import RecurrentCache, RecurrentTranslator
 from transformer_book.step import TrainStep
 from transformer_book.tokenizer import SubwordTokenizer
-from transformer_book.trainer import Trainer
+from transformer_book.train import Trainer
 
 # Tiny models: one thread is as fast, and does not fight other processes for the cores.
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -5,16 +5,14 @@ the Pages workflow runs it before anything is published."""
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
+import install_cell
 import pytest
+import release_tag
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tools"))
-import install_cell  # noqa: E402
-import release_tag  # noqa: E402
 
 
 def sh(repo: Path, *args: str) -> None:

@@ -4,27 +4,17 @@ budgets), the records they write and the summary that ``collect`` makes of them.
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 import os
-import sys
 from pathlib import Path
 
 import pytest
+import rnn_vs_transformer as script
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data" / "multi30k"
 DATA = os.environ.get("MULTI30K_DIR") or (str(SHARED) if SHARED.is_dir() else None)
 needs_data = pytest.mark.skipif(DATA is None, reason="no local Multi30k copy (set MULTI30K_DIR)")
-
-
-def _script():
-    path = ROOT / "benchmarks" / "rnn_vs_transformer.py"
-    spec = importlib.util.spec_from_file_location("rnn_vs_transformer", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["rnn_vs_transformer"] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
 
 
 def _record(folder: Path, part: str, setting, val_bleu: float) -> None:
@@ -34,7 +24,6 @@ def _record(folder: Path, part: str, setting, val_bleu: float) -> None:
 
 
 def test_the_screening_grid_is_the_same_for_both_models():
-    script = _script()
     args = script.argparse.Namespace(budget=None)
     settings = script.screen_settings(args)
     assert len(settings) == 12 and len({s.name for s in settings}) == 12
@@ -47,7 +36,6 @@ def test_the_screening_grid_is_the_same_for_both_models():
 def test_records_name_the_cpu_generation():
     """Two machines both called "AMD EPYC" trained at different speeds (chapter 9's data-size
     runs, seed 0 and seed 1); the records keep the family and model that tell them apart."""
-    script = _script()
     cpu = script.cpu_identity()
     if Path("/proc/cpuinfo").exists():
         assert set(cpu) == {"family", "model", "stepping"} and all(v.isdigit() for v in cpu.values())
@@ -56,13 +44,11 @@ def test_records_name_the_cpu_generation():
 
 
 def test_epochs_bound_more_passes_on_a_subset():
-    script = _script()
     assert script.Setting("rnn").epochs == 30
     assert script.Setting("rnn", train_limit=1000).epochs == 870
 
 
 def test_chosen_recipe_is_the_best_on_validation(tmp_path):
-    script = _script()
     S = script.Setting
     _record(tmp_path, "screen", S("transformer", 0.45, 1500), 20.0)
     _record(tmp_path, "screen", S("transformer", 0.9, 3000), 21.5)
@@ -94,7 +80,6 @@ def test_chosen_recipe_is_the_best_on_validation(tmp_path):
 
 
 def test_the_grid_extends_where_its_edge_is_best(tmp_path):
-    script = _script()
     S = script.Setting
     args = script.argparse.Namespace(budget=None)
     for lr, bleu in ((0.225, 10.0), (0.45, 12.0), (0.9, 11.0)):  # inside: no extension
@@ -108,7 +93,6 @@ def test_the_grid_extends_where_its_edge_is_best(tmp_path):
 
 
 def test_no_screening_yet_is_a_clear_error(tmp_path):
-    script = _script()
     with pytest.raises(SystemExit, match="run the screen part first"):
         script.chosen(tmp_path, "rnn")
 
@@ -117,7 +101,6 @@ def test_no_screening_yet_is_a_clear_error(tmp_path):
 def test_parts_end_to_end(tmp_path, monkeypatch):
     """screen, dropout, final, longer, datasize and collect on tiny data and budgets: each run writes
     its record and log, a finished run is skipped, collect summarises them."""
-    script = _script()
     monkeypatch.setattr(script, "LR_FACTORS", (0.45,))
     monkeypatch.setattr(script, "BATCH_TOKENS", (1500,))
     monkeypatch.setattr(script, "extensions", lambda folder, args: [])  # tested on its own

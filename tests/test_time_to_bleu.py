@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import sys
 from pathlib import Path
 
 import pytest
+import time_to_bleu as script
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -16,18 +15,10 @@ SHARED = ROOT.parent / "shared" / "data" / "multi30k"
 DATA = os.environ.get("MULTI30K_DIR") or (str(SHARED) if SHARED.is_dir() else None)
 
 
-def _script():
-    spec = importlib.util.spec_from_file_location("time_to_bleu", ROOT / "benchmarks" / "time_to_bleu.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["time_to_bleu"] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_fast_recipe_is_the_cpu_presets_with_its_three_changes():
     from transformer_book.config import TrainConfig, TransformerConfig
 
-    fast = _script().RECIPES["fast"]
+    fast = script.RECIPES["fast"]
     model, train = TransformerConfig.cpu(), TrainConfig.cpu()
     assert (fast.d_model, fast.num_layers, fast.d_ff, fast.embed_init) == (
         model.d_model, model.num_layers, model.d_ff, model.embed_init)
@@ -38,7 +29,7 @@ def test_fast_recipe_is_the_cpu_presets_with_its_three_changes():
 
 @pytest.mark.skipif(DATA is None, reason="no local Multi30k copy (set MULTI30K_DIR)")
 def test_tutorial_recipe_is_the_pytorch_tutorials():
-    tutorial = _script().RECIPES["tutorial"]
+    tutorial = script.RECIPES["tutorial"]
     assert (tutorial.model, tutorial.d_model, tutorial.num_heads, tutorial.num_layers,
             tutorial.d_ff, tutorial.dropout) == ("nn.Transformer", 512, 8, 3, 512, 0.1)
     assert (tutorial.schedule, tutorial.lr, tutorial.label_smoothing) == ("constant", 1e-4, 0.0)
@@ -69,25 +60,25 @@ def test_evaluations_pause_the_epoch_instead_of_restarting_it():
     """The batches trained on are epoch 0's in order, then epoch 1's, ...: an evaluation in the
     middle of an epoch resumes it where it stopped (it used to restart it, so a run that
     evaluated more often than once an epoch trained on the epoch's first batches only)."""
-    script = _script()
     args, recipe, data, tokenizer = _small_run(script, "fast", eval_every=0.3, budget=3.0,
                                                pairs=600)
     corpora, seen = [], []
-    real_prepare, real_step = script.prepare_corpus, script.TrainStep.__call__
+    real_prepare, real_step = script.prepare_run_data, script.TrainStep.__call__
 
     def prepare(*a, **k):
-        corpora.append(real_prepare(*a, **k))
-        return corpora[-1]
+        prepared = real_prepare(*a, **k)
+        corpora.append(prepared.train)
+        return prepared
 
     def spy(self, batch):
         seen.append(batch.src.clone())
         return real_step(self, batch)
 
-    script.prepare_corpus, script.TrainStep.__call__ = prepare, spy
+    script.prepare_run_data, script.TrainStep.__call__ = prepare, spy
     try:
         result = script.run(recipe, args, data, tokenizer)
     finally:
-        script.prepare_corpus, script.TrainStep.__call__ = real_prepare, real_step
+        script.prepare_run_data, script.TrainStep.__call__ = real_prepare, real_step
     (train,) = corpora
     per_epoch = train.num_batches(0)
     assert len(result["evaluations"]) >= 3 and len(seen) == result["steps"]
@@ -104,7 +95,6 @@ def test_evaluations_pause_the_epoch_instead_of_restarting_it():
 @pytest.mark.skipif(DATA is None, reason="no local Multi30k copy (set MULTI30K_DIR)")
 def test_constant_schedule_keeps_the_rate(tmp_path):
     """The tutorial's Adam runs at 1e-4 from the first step to the last."""
-    script = _script()
     args, recipe, data, tokenizer = _small_run(script, "tutorial", eval_every=1e9, budget=2.0)
     rates = []
     real_step = script.TrainStep.__call__
@@ -123,7 +113,7 @@ def test_constant_schedule_keeps_the_rate(tmp_path):
 
 def test_quick_run_writes_every_recipe(tmp_path):
     out = tmp_path / "time_to_bleu.json"
-    _script().main(["--quick", "--threads", "1", "--device", "cpu", "--data-dir", DATA,
+    script.main(["--quick", "--threads", "1", "--device", "cpu", "--data-dir", DATA,
                     "--out", str(out)])
     record = json.loads(out.read_text())
     assert [r["recipe"]["name"] for r in record["results"]] == ["fast", "standard", "tutorial"]
@@ -132,7 +122,7 @@ def test_quick_run_writes_every_recipe(tmp_path):
         assert 0 <= r["test2016_bleu_beam4"] <= 100
         assert r["sacrebleu_signature"].startswith("nrefs:1|case:mixed")
     assert "--quick" in record["command"]
-    assert record["cpu"] == _script().cpu_identity()  # the CPU generation: budgets are in seconds
+    assert record["cpu"] == script.cpu_identity()  # the CPU generation: budgets are in seconds
 
 
 def test_benchmarks_readme_states_the_stored_speed_runs():

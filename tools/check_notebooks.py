@@ -24,8 +24,7 @@ import re
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from install_cell import ROOT, install_cell_source  # noqa: E402
+from install_cell import ROOT, install_cell_source
 
 # A fenced block whose info string names Python (```python, ```py, ```ipython3,
 # ```{code-cell} ...): code that looks runnable but never runs.

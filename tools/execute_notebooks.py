@@ -8,14 +8,13 @@ Outputs are written only after a notebook ran to the end without error (cells ta
 
 from __future__ import annotations
 
-import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import nbformat
 from nbclient import NotebookClient
+from transformer_book.files import atomic_write
 
 
 def execute(path: Path) -> None:
@@ -32,14 +31,9 @@ def execute(path: Path) -> None:
     client.km = client.create_kernel_manager()
     client.km.kernel_cmd = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
     client.execute()
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".ipynb.tmp")
-    os.close(fd)
-    try:
-        nbformat.write(nb, tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    text = nbformat.writes(nb)
+    with atomic_write(path) as f:  # as nbformat.write writes it: with a final newline
+        f.write((text if text.endswith("\n") else text + "\n").encode())
     print(f"{path}: executed in {time.perf_counter() - start:.1f} s")
 
 

@@ -20,8 +20,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from install_cell import ROOT, book_version  # noqa: E402
+from install_cell import ROOT, book_version
 
 # What `pip install git+...@tag` builds: the package's source and its metadata.
 PACKAGE_PATHS = ("code", "pyproject.toml")

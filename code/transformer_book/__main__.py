@@ -2,10 +2,7 @@
 
 import sys
 
-from transformer_book.cli import build_parser, main  # noqa: F401 (the `transformer-book` script)
-from transformer_book.cli.train import (  # noqa: F401 (tests/test_distributed.py imports it here)
-    resume_command as _resume_command,
-)
+from transformer_book.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -60,11 +60,6 @@ class Batch:
         """Number of labels that count in the loss (non-padding positions of ``tgt_out``)."""
         return int((self.tgt_out != self.pad_id).sum())
 
-    @property
-    def num_src_tokens(self) -> int:
-        """Number of non-padding source positions."""
-        return int((self.src != self.pad_id).sum())
-
     def to(self, device: torch.device | str, non_blocking: bool = False) -> Batch:
         """The same batch on ``device`` (``non_blocking``: an asynchronous copy when the batch
         is in pinned memory, see :meth:`pin_memory`)."""
@@ -92,10 +87,48 @@ def check_token_ids(batch: Batch, src_vocab_size: int, tgt_vocab_size: int) -> N
     for name, tokens, vocab in (("src", batch.src, src_vocab_size),
                                 ("tgt_in", batch.tgt_in, tgt_vocab_size),
                                 ("tgt_out", batch.tgt_out, tgt_vocab_size)):
-        low, high = int(tokens.min()), int(tokens.max())
-        if low < 0 or high >= vocab:
-            bad = low if low < 0 else high
-            raise ValueError(f"{name} contains id {bad}, outside the vocabulary [0, {vocab})")
+        _check_vocabulary(tokens, name, vocab)
+
+
+def check_tokens(tokens: torch.Tensor, name: str, vocab_size: int, *, max_len: int,
+                 offset: int = 0, check_ids: bool = True, max_len_is: str = "max_len") -> None:
+    """Raise a clear error unless ``tokens`` is what a model's forward takes: a 2-D integer
+    tensor ``(B, length)``, not empty, reaching at most position ``max_len`` (counting the
+    ``offset`` positions decoded before it) and, with ``check_ids``, every id inside
+    ``[0, vocab_size)``. The Transformer and the recurrent translator check their inputs with it.
+
+    ``check_ids=False`` (or inside ``torch.compile``) skips the ids' range: reading their min and
+    max waits for a GPU, and :func:`check_token_ids` checked them on the host already.
+    ``max_len_is`` says what ``max_len`` bounds, for the message.
+
+    Raises:
+        TypeError: not a tensor, or not integers.
+        ValueError: another shape, empty, too long, or an id outside the vocabulary.
+    """
+    if not isinstance(tokens, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor of token ids, got {type(tokens).__name__}")
+    # dtype attributes, not Tensor.is_complex(): torch 2.3's dynamo cannot trace that call
+    # under torch.compile(fullgraph=True)
+    if tokens.dtype.is_floating_point or tokens.dtype.is_complex or tokens.dtype == torch.bool:
+        raise TypeError(f"{name} must hold integer token ids, got dtype {tokens.dtype}")
+    if tokens.dim() != 2:
+        raise ValueError(f"{name} must have shape (B, length), got {tuple(tokens.shape)}")
+    B, T = tokens.shape
+    if B == 0 or T == 0:
+        raise ValueError(f"{name} is empty (shape {tuple(tokens.shape)}): need B >= 1 and "
+                         "length >= 1")
+    if offset + T > max_len:
+        raise ValueError(f"{name} reaches position {offset + T}, longer than max_len={max_len} "
+                         f"({max_len_is}); truncate it or use a config with a larger max_len")
+    if check_ids and not torch.compiler.is_compiling():
+        _check_vocabulary(tokens, name, vocab_size)
+
+
+def _check_vocabulary(tokens: torch.Tensor, name: str, vocab_size: int) -> None:
+    low, high = int(tokens.min()), int(tokens.max())
+    if low < 0 or high >= vocab_size:
+        bad = low if low < 0 else high
+        raise ValueError(f"{name} contains id {bad}, outside the vocabulary [0, {vocab_size})")
 
 
 def to_device_ahead(batches: Iterable[Batch], device: torch.device | str,

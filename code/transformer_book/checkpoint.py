@@ -3,7 +3,7 @@ and the weights of the last epochs, kept and averaged (Sec. 6.1).
 
 A checkpoint is a plain dict (tensors, numbers, strings, lists, dicts) so that
 ``torch.load(weights_only=True)`` can read it without running any code from the file.
-:class:`transformer_book.trainer.Trainer` writes and reads them; :func:`model_from_checkpoint`
+:class:`transformer_book.train.Trainer` writes and reads them; :func:`model_from_checkpoint`
 rebuilds a trained model and its tokenizer for translation.
 
 Sec. 6.1: "we used a single model obtained by averaging the last 5 checkpoints".
@@ -32,7 +32,9 @@ from pathlib import Path
 
 import torch
 
-from transformer_book.files import (  # noqa: F401 (the lock is re-exported: it guards run folders)
+from transformer_book.files import (  # noqa: F401 (re-exported: the lock guards run folders,
+    CheckpointError,  # and the errors are this module's; files.py holds them for the CLI)
+    CheckpointWriteError,
     DirectoryLock,
     DirectoryLockedError,
     atomic_write,
@@ -41,21 +43,14 @@ from transformer_book.utils import get_device
 
 CHECKPOINT_FORMAT = 1
 
-#: What :meth:`transformer_book.trainer.Trainer.load_checkpoint` needs to continue a run.
+#: What :meth:`transformer_book.train.Trainer.load_checkpoint` needs to continue a run.
 TRAINING_KEYS = ("model", "optimizer", "scheduler", "step", "epoch", "batch_in_epoch", "rng",
                  "model_config", "train_config", "history")
 
 
-class CheckpointError(ValueError):
-    """A checkpoint file cannot be used; the message says why and what to do."""
-
-
-class CheckpointWriteError(OSError):
-    """A checkpoint could not be written (disk full, permission denied, ...); the previous
-    file at that path, if any, is intact."""
-
-
-def _config_dict(config) -> dict | None:
+def config_dict(config) -> dict | None:
+    """A config (a dataclass, or a mapping) as the plain dict a checkpoint stores; None stays
+    None."""
     if config is None:
         return None
     if dataclasses.is_dataclass(config):
@@ -127,8 +122,12 @@ class _RecordingWriter:
 # --------------------------------------------------------------------------- reading
 
 
-def _as_tuple(x):
-    return tuple(_as_tuple(i) for i in x) if isinstance(x, list | tuple) else x
+def as_tuple(x):
+    """Lists turned back into tuples, at every depth: what ``random.setstate`` needs from the
+    Python random state a checkpoint stores as lists."""
+    return tuple(as_tuple(i) for i in x) if isinstance(x, list | tuple) else x
+
+
 
 
 def safe_torch_load(path: str | os.PathLike, map_location=None):
@@ -238,21 +237,6 @@ def load_weights_into(model: torch.nn.Module, weights: dict, path) -> None:
     model.load_state_dict(weights)
 
 
-def build_model(config) -> torch.nn.Module:
-    """A new model for ``config``: a :class:`~transformer_book.model.Transformer` for a
-    TransformerConfig, a :class:`~transformer_book.recurrent.RecurrentTranslator` for a
-    RecurrentConfig."""
-    from transformer_book.config import RecurrentConfig
-
-    if isinstance(config, RecurrentConfig):
-        from transformer_book.recurrent import RecurrentTranslator
-
-        return RecurrentTranslator(config)
-    from transformer_book.model import Transformer
-
-    return Transformer(config)
-
-
 def model_from_checkpoint(path: str | os.PathLike, device: torch.device | str | None = None):
     """Rebuild a trained model and its tokenizer from a checkpoint written by :class:`Trainer`.
 
@@ -268,6 +252,7 @@ def model_from_checkpoint(path: str | os.PathLike, device: torch.device | str | 
             without model_config or tokenizer, or whose weights belong to another model.
     """
     from transformer_book.config import MODEL_KINDS, model_config_from_dict
+    from transformer_book.model import build_model
     from transformer_book.tokenizer import SubwordTokenizer
 
     device = get_device(device)

@@ -141,12 +141,10 @@ class TransformerConfig(_ConfigMethods):
         """Not in the paper: the small model with the embedding scale of the paper's code.
 
         d_model 256, 4 heads, 3 + 3 post-norm layers, d_ff 1024, the embedding drawn from
-        N(0, d_model^-0.5) (``embed_init="normal"``), and no dropout (P_drop 0): in a CPU
-        budget of 10 to 20 minutes the model sees each sentence only 4 to 9 times, and dropout
-        slowed its learning more than it helped (chapter 11's speed run, on the validation
-        set). With ``TrainConfig.cpu()`` (bf16 on a CPU with bf16 instructions) it reached 37.9
-        BLEU on Multi30k test 2016 in 20 minutes on 2 cores of an AMD EPYC (chapter 8); a
-        slower CPU takes fewer steps in the same time.
+        N(0, d_model^-0.5) (``embed_init="normal"``), and no dropout (P_drop 0): a run of a CPU
+        budget sees each sentence only a few times. Train it with ``TrainConfig.cpu()``;
+        chapters 8 and 11 measure the pair (the runs behind the choices:
+        ``benchmarks/README.md``).
         """
         return cls.small(**{"embed_init": "normal", "dropout": 0.0, **overrides})
 
@@ -225,6 +223,8 @@ class RecurrentConfig(_ConfigMethods):
 
 #: The model configs a checkpoint's ``model_config`` can describe, by their ``kind``.
 MODEL_KINDS = {"transformer": TransformerConfig, "rnn": RecurrentConfig}
+#: The presets (class methods) of each kind's config.
+PRESETS = {"transformer": ("tiny", "small", "cpu", "base", "big"), "rnn": ("tiny", "cpu")}
 
 
 def model_config_from_dict(config: dict) -> TransformerConfig | RecurrentConfig:
@@ -240,6 +240,16 @@ def model_config_from_dict(config: dict) -> TransformerConfig | RecurrentConfig:
     if kind not in MODEL_KINDS:
         raise ValueError(f"unknown model kind {kind!r} (known: {', '.join(MODEL_KINDS)})")
     return MODEL_KINDS[kind](**fields)
+
+
+def model_config_for(tokenizer, preset: str = "small", kind: str = "transformer",
+                     **overrides) -> TransformerConfig | RecurrentConfig:
+    """The ``preset`` of the model ``kind`` (a key of :data:`MODEL_KINDS`) sized for
+    ``tokenizer``: its vocabulary on both sides (one shared embedding matrix) and its padding
+    id, with ``overrides``."""
+    return getattr(MODEL_KINDS[kind], preset)(
+        **{"src_vocab_size": tokenizer.vocab_size, "tgt_vocab_size": tokenizer.vocab_size,
+           "share_embeddings": True, "pad_id": tokenizer.pad_id, **overrides})
 
 
 # --------------------------------------------------------------------------- training
@@ -298,7 +308,8 @@ class TrainConfig:
         "decay to 0 when the run ends ('linear': after epochs, max_steps or time_budget, "
         "whichever comes first)", flag=True, valid=SCHEDULES)
     time_budget: float | None = _setting(
-        None, "seconds of training, validation included (None: no limit)", flag=True,
+        None, "seconds of training steps, turned into a number of steps once, from the pace "
+        "of the run's first steps (validation not counted; None: no limit)", flag=True,
         valid="(0, inf)", resume=True, metavar="SECONDS")
     label_smoothing: float = _setting(
         0.1, "eps_ls of the label-smoothed loss, Sec. 5.4 (0: plain cross-entropy)", flag=True,
@@ -343,9 +354,12 @@ class TrainConfig:
     compile_mode: str | None = _setting(
         None, "torch.compile's mode ('reduce-overhead': CUDA graphs)")
 
-    #: The fields :meth:`cpu` sets: what ``--preset cpu`` changes in a command's defaults.
-    RECIPE_FIELDS = ("epochs", "max_tokens", "warmup_steps", "lr_factor", "schedule", "time_budget",
-                     "cpu_amp")
+    def __post_init__(self) -> None:
+        if self.accumulate < 1:
+            raise ValueError(f"accumulate must be >= 1, got {self.accumulate}")
+        if self.time_budget is not None and not self.time_budget > 0:
+            raise ValueError(f"time_budget must be a positive number of seconds, got "
+                             f"{self.time_budget!r}")
 
     @classmethod
     def cpu(cls, **overrides) -> TrainConfig:
@@ -354,15 +368,13 @@ class TrainConfig:
         Pair it with ``TransformerConfig.cpu()``; chapter 8 tabulates the runs that chose it.
         Batches of at most 1,500 padded tokens (more, smaller steps), a 200-step warm-up
         towards the rate of Eq. (3) at 0.45 times its size (2.0e-3 for d_model 256) multiplied
-        by (1 - progress), then a linear decay that reaches 0 when the time budget of 1,150 s
-        (validation included) runs out; since progress has advanced during the warm-up, the
-        rate reached is lower (about 1.75e-3 on a 2-core AMD EPYC in float32 with dropout 0.1,
-        the settings the recipe was chosen with; higher with bf16, whose faster steps end the
-        warm-up earlier in the budget). ``epochs`` is only an upper bound: on that machine the
-        budget stopped the float32 runs in their fifth epoch and chapter 8's bf16 run, without
-        dropout, in its tenth. Where the CPU has bf16 instructions (``cpu_amp=None``:
-        AVX512_BF16 or AMX), the forward pass runs in bf16 autocast, about 1.5 times the float32
-        throughput on that machine (chapter 11).
+        by (1 - progress), then a linear decay that reaches 0 where the run ends: a time budget
+        of 1,150 s of training steps, turned into a number of steps from the pace of the first
+        steps (:class:`~transformer_book.train.Trainer`); since progress has advanced during
+        the warm-up, the rate reached is lower. ``epochs`` is only an upper bound: the time
+        budget ends the run first. Where the CPU has bf16 instructions (``cpu_amp=None``: AVX512_BF16 or AMX), the
+        forward pass runs in bf16 autocast (chapter 11 measures what that buys). The runs behind
+        these choices are in ``benchmarks/README.md``.
         """
         return cls(**{"max_tokens": 1500, "warmup_steps": 200, "lr_factor": 0.45,
                       "schedule": "linear", "time_budget": 1150.0, "epochs": 30,
@@ -373,7 +385,7 @@ class TrainConfig:
         """Not in the paper: :meth:`cpu` with the learning rate chosen for the recurrent
         translator (``RecurrentConfig.cpu()``, dropout 0.2) on the validation set, 1.8 times
         Eq. (3) (a nominal peak of 8.0e-3 for d_model 256) instead of 0.45 times: the best of
-        the rates 0.225 to 3.6 times in 300-s screening runs on 2 cores of an AMD EPYC
-        (``benchmarks/rnn_vs_transformer.py screen``, chapter 9). Everything else is the
-        Transformer's cpu recipe, 1,500-token batches included."""
+        the rates 0.225 to 3.6 times in 300-s screening runs (``benchmarks/rnn_vs_transformer.py
+        screen``, chapter 9). Everything else is the Transformer's cpu recipe, 1,500-token
+        batches included."""
         return cls.cpu(**{"lr_factor": 1.8, **overrides})

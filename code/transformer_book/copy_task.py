@@ -6,14 +6,9 @@ a sequence of random tokens (:func:`copy_task_batch`), a minimal training loop f
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 import torch.nn.functional as F
 from torch import nn
-
-if TYPE_CHECKING:
-    from transformer_book.rnn import Seq2Seq
 
 __all__ = ["copy_task_batch", "token_accuracy", "train_seq2seq"]
 
@@ -58,7 +53,7 @@ def copy_task_batch(
 
 
 def train_seq2seq(
-    model: Seq2Seq,
+    model: nn.Module,
     steps: int,
     lengths: tuple[int, int],
     *,
@@ -111,7 +106,7 @@ def train_seq2seq(
 
 @torch.no_grad()
 def token_accuracy(
-    model: Seq2Seq,
+    model: nn.Module,
     length: int,
     *,
     num_sequences: int = 256,

@@ -28,6 +28,7 @@ import itertools
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -35,10 +36,11 @@ from transformer_book.batching import BatchedCorpus
 from transformer_book.data import CorpusError, ParallelCorpus
 from transformer_book.files import NotUTF8Error, atomic_write, utf8_lines
 from transformer_book.hf_dataset import PairStream, hf_translation_pairs  # noqa: F401 (re-exported)
+from transformer_book.tokenizer import SubwordTokenizer, load_or_train_tokenizer
 
 __all__ = ["CompactBatchedCorpus", "CorpusError", "PairStream", "TokenIds", "encode_pairs",
            "hf_translation_pairs", "iter_parallel_text", "load_parallel_text",
-           "prepare_compact_corpus", "prepare_corpus"]
+           "prepare_corpus", "prepare_run_data"]
 
 
 def _lines(path: Path) -> Iterator[str]:
@@ -124,15 +126,6 @@ class TokenIds(Sequence):
                 or offsets[-1] != len(flat) or (len(offsets) > 1 and np.any(np.diff(offsets) < 0)):
             raise ValueError("offsets must rise from 0 to len(flat), both one-dimensional")
         self.flat, self.offsets = flat, offsets
-
-    @classmethod
-    def from_lists(cls, seqs: Iterable[Sequence[int]], vocab_size: int = 1 << 16) -> TokenIds:
-        """Pack id lists (e.g. from ``encode_batch``) into one array of :func:`id_dtype`."""
-        seqs = list(seqs)
-        lengths = np.fromiter((len(s) for s in seqs), dtype=np.int64, count=len(seqs))
-        flat = np.fromiter(itertools.chain.from_iterable(seqs), dtype=id_dtype(vocab_size),
-                           count=int(lengths.sum()))
-        return cls(flat, np.concatenate([[0], np.cumsum(lengths)]))
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
@@ -279,5 +272,39 @@ def prepare_corpus(tokenizer, pairs: Iterable[tuple[str, str]], max_tokens: int,
                                 shuffle=shuffle, seed=seed, widths=widths)
 
 
-#: The name the command line has used for :func:`prepare_corpus`.
-prepare_compact_corpus = prepare_corpus
+class RunData(NamedTuple):
+    """What a training run reads: the tokenizer, and the batched training and validation data."""
+
+    tokenizer: SubwordTokenizer
+    train: CompactBatchedCorpus
+    val: CompactBatchedCorpus | None
+
+
+def prepare_run_data(train_pairs: Iterable[tuple[str, str]],
+                     val_pairs: Iterable[tuple[str, str]] | None, *, max_tokens: int,
+                     max_len: int, seed: int = 0, tokenizer: SubwordTokenizer | None = None,
+                     vocab_size: int = 8000, limit: int | None = None) -> RunData:
+    """The tokenizer and the batches a run trains and validates on (Sec. 5.1), the one way the
+    command line and the benchmark scripts build them.
+
+    Args:
+        train_pairs, val_pairs: the sentence pairs (a
+            :class:`~transformer_book.data.ParallelCorpus`, or any iterable of (source, target)
+            strings); ``val_pairs=None``: no validation data.
+        max_tokens: padded tokens per batch (``TrainConfig.max_tokens``).
+        max_len: the model's ``max_len``: a training pair with a side longer than ``max_len - 2``
+            subwords (room for ``<bos>`` / ``<eos>``) is left out.
+        seed: the order of the training batches (``TrainConfig.seed``); validation keeps the
+            corpus's order.
+        tokenizer: the tokenizer to use; None: the joint BPE vocabulary of ``vocab_size``
+            pieces learned on all of ``train_pairs`` (or read from the cache,
+            :func:`~transformer_book.tokenizer.load_or_train_tokenizer`).
+        limit: train on the first ``limit`` pairs only (the tokenizer still learns from all).
+    """
+    if tokenizer is None:
+        tokenizer = load_or_train_tokenizer(train_pairs, vocab_size=vocab_size)
+    train = prepare_corpus(tokenizer, train_pairs, max_tokens, seed=seed, max_len=max_len - 2,
+                           limit=limit)
+    val = (None if val_pairs is None
+           else prepare_corpus(tokenizer, val_pairs, max_tokens, shuffle=False))
+    return RunData(tokenizer, train, val)

@@ -41,6 +41,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from transformer_book.utils import device_name
+
 
 @dataclass(frozen=True)
 class Context:
@@ -95,10 +97,6 @@ class Context:
         box = [text]
         dist.broadcast_object_list(box, src=0, group=_control_group())
         return box[0]
-
-    def barrier(self) -> None:
-        if self.enabled:
-            dist.barrier(group=_control_group())
 
     def agree(self, stop: bool, seconds: float) -> tuple[bool, float]:
         """Whether any rank asks to stop, and the slowest rank's seconds of training: what every
@@ -166,9 +164,7 @@ def device_for(ctx: Context, requested: str | None) -> str:
     """The device of this rank. Several processes: any CUDA device (or the default, on a CUDA
     machine) becomes ``cuda:LOCAL_RANK``, one GPU per process on each machine, since two
     processes cannot share one GPU under NCCL; anything else is kept (e.g. ``cpu``)."""
-    choice = requested or os.environ.get("TRANSFORMER_BOOK_DEVICE")
-    if choice is None:
-        choice = "cuda" if torch.cuda.is_available() else "cpu"
+    choice = device_name(requested)
     if ctx.enabled and torch.device(choice).type == "cuda":
         return f"cuda:{ctx.local_rank}"
     return choice

@@ -14,6 +14,7 @@ the paper: the plumbing under checkpoints, tokenizer caches and corpora).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import secrets
 import socket
@@ -53,6 +54,22 @@ def atomic_write(path: str | os.PathLike) -> Iterator[BinaryIO]:
         with contextlib.suppress(OSError):
             os.remove(tmp)
         raise
+
+
+def write_json(path: str | os.PathLike, data) -> None:
+    """``data`` as indented JSON (one space, a final newline), written through
+    :func:`atomic_write`: a run cut short leaves the previous file, never half a one."""
+    with atomic_write(path) as f:
+        f.write((json.dumps(data, indent=1) + "\n").encode())
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file cannot be used; the message says why and what to do."""
+
+
+class CheckpointWriteError(OSError):
+    """A checkpoint could not be written (disk full, permission denied, ...); the previous
+    file at that path, if any, is intact."""
 
 
 class DirectoryLockedError(RuntimeError):

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from transformer_book.data import CorpusError
 
-__all__ = ["HF_INSTALL", "PairStream", "hf_translation_pairs"]
+__all__ = ["HF_INSTALL", "PairStream", "hf_translation_pairs", "languages"]
 
 HF_INSTALL = "pip install 'transformer-book[hf]'"
 
@@ -60,7 +60,13 @@ def _import_datasets():
     return datasets
 
 
-def _languages(config: str | None, src_lang: str | None, tgt_lang: str | None) -> tuple[str, str]:
+def languages(config: str | None, src_lang: str | None, tgt_lang: str | None) -> tuple[str, str]:
+    """The (source, target) language keys: those given, else the config's (``"de-en"``: German
+    -> English).
+
+    Raises:
+        CorpusError: a key is missing and the config does not name two languages.
+    """
     if src_lang and tgt_lang:
         return src_lang, tgt_lang
     parts = (config or "").split("-")
@@ -149,7 +155,7 @@ def hf_translation_pairs(dataset: str, config: str | None = None, *, split: str 
             iterating); each in one line, what to do named.
     """
     datasets = _import_datasets()
-    src, tgt = _languages(config, src_lang, tgt_lang)
+    src, tgt = languages(config, src_lang, tgt_lang)
     name = f"Hugging Face dataset {dataset}" + (f" ({config})" if config else "") + f", split {split}"
 
     # opened now, so a wrong name or split is reported before any work; each pass iterates it

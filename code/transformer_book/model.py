@@ -16,10 +16,12 @@ import torch
 from torch import Tensor, nn
 
 from transformer_book.attention import KVCache
-from transformer_book.config import TransformerConfig
+from transformer_book.batching import check_tokens
+from transformer_book.config import RecurrentConfig, TransformerConfig
 from transformer_book.layers import Decoder, Encoder
 from transformer_book.masks import causal_mask, padding_mask
 from transformer_book.positional import LearnedPositionalEmbedding, PositionalEncoding
+from transformer_book.recurrent import RecurrentTranslator
 
 
 @dataclass
@@ -99,35 +101,9 @@ class Transformer(nn.Module):
 
     # ---- input checks -------------------------------------------------------------------
 
-    _max_len_is = "the positional table"  # what max_len bounds, for the error message
-
     def _check_tokens(self, tokens: Tensor, name: str, vocab_size: int, offset: int = 0) -> None:
-        if not isinstance(tokens, Tensor):
-            raise TypeError(
-                f"{name} must be a torch.Tensor of token ids, got {type(tokens).__name__}"
-            )
-        # dtype attributes, not Tensor.is_complex(): torch 2.3's dynamo cannot trace that call
-        # under torch.compile(fullgraph=True)
-        if tokens.dtype.is_floating_point or tokens.dtype.is_complex or tokens.dtype == torch.bool:
-            raise TypeError(f"{name} must hold integer token ids, got dtype {tokens.dtype}")
-        if tokens.dim() != 2:
-            raise ValueError(f"{name} must have shape (B, length), got {tuple(tokens.shape)}")
-        B, T = tokens.shape
-        if B == 0 or T == 0:
-            raise ValueError(
-                f"{name} is empty (shape {tuple(tokens.shape)}): need B >= 1 and length >= 1"
-            )
-        if offset + T > self.config.max_len:
-            raise ValueError(
-                f"{name} reaches position {offset + T}, longer than max_len={self.config.max_len} "
-                f"({self._max_len_is}); truncate it or use a config with a larger max_len"
-            )
-        if not self.check_token_ids or torch.compiler.is_compiling():
-            return  # the ids were validated before they reached the device (see __init__)
-        low, high = int(tokens.min()), int(tokens.max())
-        if low < 0 or high >= vocab_size:
-            bad = low if low < 0 else high
-            raise ValueError(f"{name} contains id {bad}, outside the vocabulary [0, {vocab_size})")
+        check_tokens(tokens, name, vocab_size, max_len=self.config.max_len, offset=offset,
+                     check_ids=self.check_token_ids, max_len_is="the positional table")
 
     # ---- the two halves ------------------------------------------------------------------
 
@@ -268,3 +244,11 @@ class Transformer(nn.Module):
     def num_parameters(self, trainable_only: bool = False) -> int:
         """Number of parameters, each shared (tied) tensor counted once (Table 3's "params")."""
         return sum(p.numel() for p in self.parameters() if p.requires_grad or not trainable_only)
+
+
+def build_model(config) -> nn.Module:
+    """A new model for ``config``: a :class:`Transformer` for a
+    :class:`~transformer_book.config.TransformerConfig`, a
+    :class:`~transformer_book.recurrent.RecurrentTranslator` for a
+    :class:`~transformer_book.config.RecurrentConfig`."""
+    return RecurrentTranslator(config) if isinstance(config, RecurrentConfig) else Transformer(config)

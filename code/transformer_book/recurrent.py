@@ -65,9 +65,9 @@ import torch
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from transformer_book.batching import check_tokens
 from transformer_book.config import RecurrentConfig
 from transformer_book.masks import padding_mask
-from transformer_book.model import Transformer
 from transformer_book.rnn import AdditiveAttention
 
 __all__ = ["GlobalAttention", "RecurrentCache", "RecurrentTranslator"]
@@ -160,12 +160,6 @@ class RecurrentTranslator(nn.Module):
         config: the hyperparameters (:class:`~transformer_book.config.RecurrentConfig`).
     """
 
-    # The Transformer's checks of token ids (integers, (B, length), not empty, at most max_len
-    # positions, inside the vocabulary) and its parameter count, each shared tensor once.
-    _check_tokens = Transformer._check_tokens
-    _max_len_is = "the longest sequence this config accepts"
-    num_parameters = Transformer.num_parameters
-
     def __init__(self, config: RecurrentConfig):
         super().__init__()
         if not isinstance(config, RecurrentConfig):
@@ -191,6 +185,15 @@ class RecurrentTranslator(nn.Module):
         if config.tie_output:
             self.generator.weight = self.tgt_embed.weight  # (V_tgt, D), one tensor
         self.check_token_ids = True  # as Transformer.check_token_ids
+
+    def _check_tokens(self, tokens: Tensor, name: str, vocab_size: int, offset: int = 0) -> None:
+        check_tokens(tokens, name, vocab_size, max_len=self.config.max_len, offset=offset,
+                     check_ids=self.check_token_ids,
+                     max_len_is="the longest sequence this config accepts")
+
+    def num_parameters(self, trainable_only: bool = False) -> int:
+        """Number of parameters, each shared (tied) tensor counted once."""
+        return sum(p.numel() for p in self.parameters() if p.requires_grad or not trainable_only)
 
     def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
         """Bahdanau et al. (2015), Sec. 3.2: the annotations h_j = [->h_j; <-h_j] of every word.

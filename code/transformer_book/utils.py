@@ -19,22 +19,30 @@ def set_seed(seed: int = 0) -> None:
     torch.manual_seed(seed)  # also seeds every CUDA device
 
 
-def get_device(prefer: str | None = None) -> torch.device:
-    """The device to train on: ``prefer`` if given, else CUDA when available, else CPU.
+def device_name(prefer: str | None = None) -> str:
+    """The name of the device to use: ``prefer`` if given, else the environment variable
+    ``TRANSFORMER_BOOK_DEVICE`` (``cpu``, ``cuda``, ``mps``; e.g. to force a CPU run on a GPU
+    machine), else ``"cuda"`` when available, else ``"cpu"``. Not checked: see
+    :func:`get_device`."""
+    return (prefer or os.environ.get("TRANSFORMER_BOOK_DEVICE")
+            or ("cuda" if torch.cuda.is_available() else "cpu"))
 
-    The environment variable ``TRANSFORMER_BOOK_DEVICE`` (``cpu``, ``cuda``, ``mps``) overrides
-    the automatic choice, e.g. to force a CPU run on a GPU machine.
+
+def get_device(prefer: str | None = None) -> torch.device:
+    """The device to train on (:func:`device_name`): ``prefer`` if given, else
+    ``TRANSFORMER_BOOK_DEVICE``, else CUDA when available, else CPU.
+
+    Raises:
+        RuntimeError: a CUDA device was asked for and CUDA is not available.
     """
-    choice = prefer or os.environ.get("TRANSFORMER_BOOK_DEVICE")
-    if choice:
-        device = torch.device(choice)
-        if device.type == "cuda" and not torch.cuda.is_available():
-            raise RuntimeError(
-                f"device {choice!r} was requested but CUDA is not available; "
-                "unset TRANSFORMER_BOOK_DEVICE or choose 'cpu'"
-            )
-        return device
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    choice = device_name(prefer)
+    device = torch.device(choice)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError(
+            f"device {choice!r} was requested but CUDA is not available; "
+            "unset TRANSFORMER_BOOK_DEVICE or choose 'cpu'"
+        )
+    return device
 
 
 def describe_hardware(device: torch.device | str | None = None) -> str:

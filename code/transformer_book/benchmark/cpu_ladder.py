@@ -36,7 +36,7 @@ from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from transformer_book.batching import Batch
-from transformer_book.benchmark.memory import _quiet_stderr
+from transformer_book.benchmark.memory import quiet_stderr
 
 
 @dataclass(frozen=True)
@@ -92,13 +92,14 @@ def real_batches(n: int, *, max_tokens: int = 1500, vocab_size: int = 8000, seed
 
     Needs the data (``MULTI30K_DIR`` or ``data_dir``); the tokenizer comes from the cache.
     """
-    from transformer_book.corpus import prepare_corpus
+    from transformer_book.config import TransformerConfig
+    from transformer_book.corpus import prepare_run_data
     from transformer_book.data import load_multi30k
-    from transformer_book.tokenizer import load_or_train_tokenizer
 
-    train = load_multi30k("train", data_dir)
-    tokenizer = load_or_train_tokenizer(train, vocab_size=vocab_size)
-    corpus = prepare_corpus(tokenizer, train, max_tokens, seed=seed)
+    tokenizer, corpus, _ = prepare_run_data(load_multi30k("train", data_dir), None,
+                                            max_tokens=max_tokens,
+                                            max_len=TransformerConfig.cpu().max_len, seed=seed,
+                                            vocab_size=vocab_size)
     return list(itertools.islice(corpus.batches(0), n)), tokenizer
 
 
@@ -133,7 +134,7 @@ def make_cpu_step(rung: CpuRung, config, *, seed: int = 0, warmup_steps: int = 2
     return step, model
 
 
-def _first_call(rung: CpuRung, config, batch: Batch, seed: int):
+def first_call(rung: CpuRung, config, batch: Batch, seed: int):
     """Build the rung's step and make its first call (for a compiled step: the first
     compilation): ``(step, note, failed_seconds)``. A compiled bf16 rung whose package step
     cannot be compiled with ``fullgraph=True`` falls back to :class:`BF16Forward`; the note says
@@ -200,7 +201,7 @@ def measure_cpu_ladder(config, batches: Sequence[Batch], *, rungs: Sequence[CpuR
                 torch.set_num_threads(rung.threads)
                 start = time.perf_counter()
                 if r == 0:
-                    steps[rung.name], row["note"], failed = _first_call(rung, config, batches[0],
+                    steps[rung.name], row["note"], failed = first_call(rung, config, batches[0],
                                                                         seed)
                     start += failed  # a failed compile attempt is not compile time
                     rest = batches[1:]
@@ -350,7 +351,7 @@ def profile_cpu_step(rung: CpuRung, config, batches: Sequence[Batch], *, wait: i
         step, _ = make_cpu_step(rung, config, seed=seed)
         n = wait + warmup + active
         ring = itertools.cycle(batches)
-        with _quiet_stderr(), profile(activities=[ProfilerActivity.CPU],
+        with quiet_stderr(), profile(activities=[ProfilerActivity.CPU],
                                       schedule=schedule(wait=wait, warmup=warmup,
                                                         active=active)) as prof:
             for i in range(n):

@@ -19,7 +19,7 @@ CUDA graphs               ``mode="reduce-overhead"``: the step's kernels replaye
 larger batch              four times the sentences per step
 ========================  ============================================================================
 
-Every step is :class:`transformer_book.step.TrainStep`, the step :class:`~transformer_book.trainer.Trainer`
+Every step is :class:`transformer_book.step.TrainStep`, the step :class:`~transformer_book.train.Trainer`
 runs, with the paper's Adam and schedule and label smoothing 0.1; the batches are synthetic
 (fixed shapes, no padding: speed depends on shapes, not on which ids the tokens are).
 """

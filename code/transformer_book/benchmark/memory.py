@@ -21,7 +21,7 @@ from transformer_book.benchmark.timing import sync
 
 
 @contextlib.contextmanager
-def _quiet_stderr() -> Iterator[None]:
+def quiet_stderr() -> Iterator[None]:
     """Send the process's C-level stderr to /dev/null for a moment (and mute the profiler's
     per-cycle warning).
 
@@ -53,7 +53,7 @@ def operator_names(fn: Callable[[], Any], contains: str = "") -> list[str]:
     """
     from torch.profiler import profile
 
-    with _quiet_stderr(), profile() as prof:
+    with quiet_stderr(), profile() as prof:
         fn()
     return sorted({e.name for e in prof.events() if contains in e.name})
 
@@ -61,7 +61,7 @@ def operator_names(fn: Callable[[], Any], contains: str = "") -> list[str]:
 def _cpu_peak_bytes(fn: Callable[[], Any]) -> int:
     from torch.profiler import ProfilerActivity, profile
 
-    with _quiet_stderr(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    with quiet_stderr(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         result = fn()
         del result  # freed inside the profiled region, like every other temporary
     deltas = []  # (time in us, bytes): + allocated, - freed

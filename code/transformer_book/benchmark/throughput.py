@@ -12,7 +12,7 @@ import torch
 from torch import Tensor, nn
 
 from transformer_book.batching import Batch
-from transformer_book.benchmark.memory import _quiet_stderr
+from transformer_book.benchmark.memory import quiet_stderr
 from transformer_book.benchmark.timing import sync
 from transformer_book.loss import label_smoothing_loss
 from transformer_book.step import TrainStep, autocast
@@ -317,7 +317,7 @@ def profile_train_step(model: nn.Module, *, batch: int, src_len: int, tgt_len: i
     activities = [ProfilerActivity.CPU]
     if device.type == "cuda":
         activities.append(ProfilerActivity.CUDA)
-    with _quiet_stderr(), profile(activities=activities) as prof:
+    with quiet_stderr(), profile(activities=activities) as prof:
         for _ in range(steps):
             step()
         sync(device)

@@ -101,10 +101,9 @@ def add_config_flags(p, cls, names) -> None:
     from the field (its metadata), default None (a flag left out keeps the config's value,
     or the checkpoint's, see :func:`given_settings`)."""
     fields = {f.name: f for f in dataclasses.fields(cls)}
-    hints = typing.get_type_hints(cls)
     for name in names:
         field, meta = fields[name], fields[name].metadata
-        kind = next(t for t in (*typing.get_args(hints[name]), hints[name]) if t is not type(None))
+        kind = field_type(cls, name)
         shown = "" if field.default is None or kind is bool else f" (default: {field.default})"
         kwargs = {"help": meta["help"] + shown}
         if kind is bool:  # --NAME / --no-NAME; left out: the config's (or checkpoint's) value
@@ -116,6 +115,25 @@ def add_config_flags(p, cls, names) -> None:
         if meta.get("metavar"):
             kwargs["metavar"] = meta["metavar"]
         p.add_argument(flag_name(name), **kwargs)
+
+
+def field_type(cls, name: str) -> type:
+    """The type of the dataclass field ``cls.name`` (``int | None`` -> ``int``)."""
+    hint = typing.get_type_hints(cls)[name]
+    return next(t for t in (*typing.get_args(hint), hint) if t is not type(None))
+
+
+def add_override_flags(p, cls, names) -> None:
+    """Add ``--NAME`` for each field of ``cls`` (a model config) in ``names``, typed as the field
+    (a bool: ``--NAME`` / ``--no-NAME``), default None: left out, the preset's value stays."""
+    for name in names:
+        kind = field_type(cls, name)
+        if kind is bool:
+            p.add_argument(flag_name(name), action=argparse.BooleanOptionalAction, default=None,
+                           help="override the preset's value")
+        else:
+            p.add_argument(flag_name(name), type=kind, metavar=name.upper(),
+                           help="override the preset's value")
 
 
 def given_settings(args, names) -> dict:
@@ -158,10 +176,9 @@ def check_data_dir(folder: str | None) -> None:
 
 def error_message(exc: BaseException) -> tuple[str, int]:
     """One line saying what went wrong (and what to do), and the exit status."""
-    from transformer_book.checkpoint import CheckpointError, CheckpointWriteError
     from transformer_book.corpus import CorpusError
     from transformer_book.data import Multi30kError
-    from transformer_book.files import DirectoryLockedError
+    from transformer_book.files import CheckpointError, CheckpointWriteError, DirectoryLockedError
 
     if isinstance(exc, UsageError | CLIError):
         return str(exc), exc.status

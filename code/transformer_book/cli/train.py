@@ -1,6 +1,6 @@
 """``python -m transformer_book train``: train a Transformer as Sec. 5 prescribes (or, with
 ``--model rnn``, the recurrent translator it is measured against), with checkpoints,
-resumable (:class:`~transformer_book.trainer.Trainer` does the training).
+resumable (:class:`~transformer_book.train.Trainer` does the training).
 
 The training flags come from :class:`~transformer_book.config.TrainConfig`'s fields (their
 help, types and valid values, and whether ``--resume`` may change them); the model's from the
@@ -36,12 +36,9 @@ from transformer_book.cli.train_data import (
     corpus_files,
     load_corpus,
 )
-from transformer_book.config import TrainConfig
+from transformer_book.config import PRESETS, TrainConfig
 
-PRESETS = ("tiny", "small", "cpu", "base", "big")
 DEFAULT_PRESET, DEFAULT_VOCAB = "small", 8000
-#: --model: the Transformer, or the recurrent translator (RecurrentConfig's presets, default cpu)
-MODELS = {"transformer": PRESETS, "rnn": ("tiny", "cpu")}
 #: The TrainConfig fields `train` has a flag for, and those --resume may change (plus the
 #: device, a flag of every command, and the folder and progress bar, always the command line's).
 TRAIN_FLAGS = config_fields(TrainConfig, flag=True)
@@ -59,10 +56,10 @@ def add_parser(sub) -> None:
                        f"settings (only {', '.join(some)} and {final} may change). Under torchrun, one process "
                        "per GPU (or several CPU processes) trains with DistributedDataParallel; "
                        "see the README.")
-    p.add_argument("--model", choices=tuple(MODELS), help="the Transformer (default), or the "
+    p.add_argument("--model", choices=tuple(PRESETS), help="the Transformer (default), or the "
                    "recurrent translator (rnn: bidirectional LSTM encoder, LSTM decoder with "
                    "attention; presets tiny and cpu, default cpu)")
-    p.add_argument("--preset", choices=PRESETS,
+    p.add_argument("--preset", choices=PRESETS["transformer"],
                    help=f"TransformerConfig preset (default: {DEFAULT_PRESET}; RecurrentConfig's "
                    "with --model rnn, default cpu); 'cpu' also sets "
                    "the training recipe of TrainConfig.cpu() (TrainConfig.cpu_rnn() with --model "
@@ -95,7 +92,7 @@ def add_parser(sub) -> None:
 def _guess_preset(model_config: dict) -> str | None:
     from transformer_book.config import TransformerConfig
 
-    for name in PRESETS:
+    for name in PRESETS["transformer"]:
         p = getattr(TransformerConfig, name)()
         if (p.d_model, p.num_heads, p.d_ff) == (model_config.get("d_model"),
                                                 model_config.get("num_heads"),
@@ -266,8 +263,8 @@ def _tokenizer(train_split, vocab_size: int, ctx):
 
 
 def _train(args, folder: Path, state: dict | None, ctx, files) -> int:
-    from transformer_book.config import MODEL_KINDS, model_config_from_dict
-    from transformer_book.corpus import prepare_corpus
+    from transformer_book.config import model_config_for, model_config_from_dict
+    from transformer_book.corpus import prepare_run_data
     from transformer_book.tokenizer import SubwordTokenizer
 
     last = folder / "last.pt"
@@ -281,9 +278,9 @@ def _train(args, folder: Path, state: dict | None, ctx, files) -> int:
     else:
         kind = args.model or "transformer"
         preset = args.preset or ("cpu" if kind == "rnn" else DEFAULT_PRESET)
-        if preset not in MODELS[kind]:
+        if preset not in PRESETS[kind]:
             raise UsageError(f"--preset {preset}: the recurrent model (--model rnn) has the "
-                             f"presets {' and '.join(MODELS[kind])}")
+                             f"presets {' and '.join(PRESETS[kind])}")
         if kind == "rnn" and args.norm_first:
             raise UsageError("--norm-first: the recurrent model (--model rnn) has no sub-layers")
         # --preset cpu: the cpu recipe, at the learning rate chosen for each model (chapter 9)
@@ -300,14 +297,13 @@ def _train(args, folder: Path, state: dict | None, ctx, files) -> int:
         model_config = model_config_from_dict(state["model_config"])
     else:
         tokenizer = _tokenizer(train_split, extra["vocab_size"], ctx)
-        model_config = getattr(MODEL_KINDS[kind], extra["preset"])(
-            src_vocab_size=tokenizer.vocab_size, tgt_vocab_size=tokenizer.vocab_size,
-            share_embeddings=True, pad_id=tokenizer.pad_id, **given_settings(args, MODEL_FLAGS))
+        model_config = model_config_for(tokenizer, extra["preset"], kind,
+                                        **given_settings(args, MODEL_FLAGS))
     # tokenised by streaming into compact arrays (2 bytes per token), for corpora of millions
     # of pairs too
-    train_data = prepare_corpus(tokenizer, train_split, config.max_tokens, seed=config.seed,
-                                max_len=model_config.max_len - 2, limit=extra.get("train_limit"))
-    val_data = prepare_corpus(tokenizer, val_split, config.max_tokens, shuffle=False)
+    _, train_data, val_data = prepare_run_data(
+        train_split, val_split, tokenizer=tokenizer, max_tokens=config.max_tokens,
+        max_len=model_config.max_len, seed=config.seed, limit=extra.get("train_limit"))
     for name, data in (("training", train_data), ("validation", val_data)):
         try:
             data.batch_indices(0)
@@ -325,8 +321,8 @@ def _fit(args, folder: Path, state, ctx, config, model_config, train_data, val_d
     import torch
 
     from transformer_book import describe_hardware
-    from transformer_book.checkpoint import build_model
-    from transformer_book.trainer import Trainer
+    from transformer_book.model import build_model
+    from transformer_book.train import Trainer
 
     last = folder / "last.pt"
     torch.manual_seed(config.seed)

@@ -42,11 +42,11 @@ def _hf_dataset(args) -> dict[str, str | None] | None:
             raise UsageError(f"{flag_name(stray[0])}: only with --hf-dataset")
         return None
     from transformer_book.data import CorpusError
-    from transformer_book.hf_dataset import _languages
+    from transformer_book.hf_dataset import languages
 
     try:
-        given["hf_src"], given["hf_tgt"] = _languages(given["hf_config"], given["hf_src"],
-                                                      given["hf_tgt"])
+        given["hf_src"], given["hf_tgt"] = languages(given["hf_config"], given["hf_src"],
+                                                     given["hf_tgt"])
     except CorpusError as e:
         raise UsageError(f"--hf-src/--hf-tgt: {e}") from None
     if Path(given["hf_dataset"]).is_dir():

@@ -1,0 +1,40 @@
+"""tools/import_graph.py: the project has no import circle, and the package's longest chain of
+imports is at most 9 modules (issue 37's structure targets)."""
+
+from __future__ import annotations
+
+import import_graph
+
+MAX_CHAIN = 9
+
+
+def test_the_tool_finds_circles_and_chains_on_a_made_up_project(tmp_path):
+    package = tmp_path / "code" / "transformer_book"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text("from transformer_book import b\n")
+    (package / "b.py").write_text("def f():\n    from transformer_book.c import x\n")
+    (package / "c.py").write_text("from . import a\nimport torch\n")
+    (package / "d.py").write_text("import transformer_book.a\n")
+    (tmp_path / "tools").mkdir()
+    (tmp_path / "tools" / "run.py").write_text("import helper\nfrom transformer_book import d\n")
+    (tmp_path / "tools" / "helper.py").write_text("import run\n")
+    g = import_graph.graph(tmp_path)
+    assert g["transformer_book.b"] == {"transformer_book.c"}  # inside a function too
+    assert g["transformer_book.c"] == {"transformer_book.a"}  # relative; torch is not ours
+    assert import_graph.circles(g) == [
+        ["helper", "run"], ["transformer_book.a", "transformer_book.b", "transformer_book.c"]]
+    # the circle a -> b -> c folded into one node of 3 modules, after d
+    chain = import_graph.longest_chain(import_graph.package_graph(g))
+    assert chain == ["transformer_book.d", "transformer_book.a + transformer_book.b + "
+                     "transformer_book.c"]
+
+
+def test_the_project_has_no_import_circle():
+    assert import_graph.circles(import_graph.graph()) == []
+
+
+def test_the_longest_import_chain_is_at_most_nine_modules():
+    chain = import_graph.longest_chain(import_graph.package_graph(import_graph.graph()))
+    length = sum(len(node.split(" + ")) for node in chain)
+    assert length <= MAX_CHAIN, " -> ".join(chain)
