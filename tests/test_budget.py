@@ -3,6 +3,7 @@
 import math
 import os
 import random
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -65,10 +66,13 @@ def test_linear_schedule_reaches_zero_at_the_last_step():
     assert steps[-1] == total == trainer.step
     peak = noam_lr(5, 64, 5)
     assert max(rates) <= peak and max(rates) > 0.7 * peak
+    # the rate logged at step s is the one step s used: linear_lr with the progress before it
+    for s, rate in trainer.history.lr:
+        assert rate == pytest.approx(linear_lr(s, 64, 5, progress=(s - 1) / total), rel=1e-12)
     # after the warm-up the rate falls every step, and the rate set after the last step is 0
     after = rates[5:]
     assert all(b < a for a, b in zip(after, after[1:], strict=False))
-    assert rates[-1] == pytest.approx(0.0, abs=1e-12)
+    assert trainer.scheduler.get_last_lr()[0] == pytest.approx(0.0, abs=1e-12)
 
 
 class FakeTime:
@@ -98,7 +102,12 @@ def test_time_budget_becomes_steps_once_and_the_rate_never_reads_the_clock(tmp_p
     # planned at step PLAN_AT from the pace (1 s a step): 60 s are 60 steps
     assert slow.plan.steps == 60 == slow.step and slow.epoch < 50
     assert slow.history.val_loss[-1][0] == 60  # validated where the run ended
-    assert slow.history.lr[-1][1] == pytest.approx(0.0, abs=1e-12)  # the decay reached 0
+    assert slow.scheduler.get_last_lr()[0] == pytest.approx(0.0, abs=1e-12)  # decayed to 0
+    # the rate used at step s: progress 0 until the plan exists (it is made at the end of step
+    # PLAN_AT, after the rate of step PLAN_AT + 1 was set), then steps done over the plan
+    for s, rate in slow.history.lr:
+        progress = 0.0 if s <= PLAN_AT + 1 else (s - 1) / 60
+        assert rate == pytest.approx(linear_lr(s, 64, 5, progress=progress), rel=1e-12), s
     # a machine twice as fast plans twice the steps ...
     fast = _timed(per_step=0.5)
     fast.fit()
@@ -114,6 +123,7 @@ def test_time_budget_becomes_steps_once_and_the_rate_never_reads_the_clock(tmp_p
     first.after_step = lambda: (clock.tick(), setattr(first, "stop_requested", first.step == 30))
     first.fit()
     assert first.step == 30 and first.plan.steps == 60 > PLAN_AT
+    shutil.copy(tmp_path / "last.pt", tmp_path / "step30.pt")
     resumed = _timed(tmp_path, per_step=0.5)
     resumed.load_checkpoint(tmp_path / "last.pt")
     assert resumed.plan.steps == 60 and resumed.clock.read() == 30.0
@@ -121,7 +131,11 @@ def test_time_budget_becomes_steps_once_and_the_rate_never_reads_the_clock(tmp_p
     assert resumed.step == 60
     assert resumed.history.lr == slow.history.lr  # the same rate at every step
     state = load_checkpoint(tmp_path / "last.pt")
-    assert state["step"] == 60 and state["planned_steps"] == 60
+    assert state["step"] == 60 and state["time_plan"] == {"budget": 60.0, "steps": 60, "pace": 1.0}
+    # resumed with another budget: replanned at once, at the stored pace (90 s: 90 steps)
+    longer = _timed(tmp_path / "longer", time_budget=90.0)
+    longer.load_checkpoint(tmp_path / "step30.pt")
+    assert longer.plan.steps == 90
     short = _timed(time_budget=3.0)  # spent before the plan would be made: ends at once
     short.fit()
     assert short.step == short.plan.steps == 3 < PLAN_AT

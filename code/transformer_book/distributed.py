@@ -25,9 +25,10 @@ by W, so each rank scales its loss by W as well (:func:`token_shares`). Every ra
 token count of every batch (from the shared batch order, on the host), so N needs no
 communication.
 
-What else the ranks must agree on: when to stop (each reads its own clock and signals, but all
-must take the same steps with the same learning rates: :meth:`Context.agree`), and their dropout
-masks must differ (:func:`rank_seed`). Validation is shared too: each rank evaluates every
+What else the ranks must agree on: when to stop (a Ctrl-C reaches each rank on its own) and the
+time budget's plan (each rank reads its own clock), both through :meth:`Context.max`, so that
+all take the same steps with the same learning rates; and their dropout masks must differ
+(:func:`rank_seed`). Validation is shared too: each rank evaluates every
 ``world_size``-th batch (:func:`eval_positions`) and the sums are added up.
 """
 
@@ -97,12 +98,6 @@ class Context:
         box = [text]
         dist.broadcast_object_list(box, src=0, group=_control_group())
         return box[0]
-
-    def agree(self, stop: bool, seconds: float) -> tuple[bool, float]:
-        """Whether any rank asks to stop, and the slowest rank's seconds of training: what every
-        rank then reads alike, for the time budget and the linear schedule."""
-        stop, seconds = self.max(stop, seconds)
-        return bool(stop), seconds
 
 
 def _backend_takes(tensor: torch.Tensor) -> bool:

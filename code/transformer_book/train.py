@@ -27,7 +27,9 @@ The names chapter 8 imports from here live in their own modules: :class:`TrainCo
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import os
 import random
 import time
@@ -68,7 +70,8 @@ from transformer_book.step import TrainStep
 from transformer_book.utils import get_device
 
 __all__ = [  # the loop's own names, then those chapter 8 imports from here
-    "Clock", "History", "TimePlan", "Trainer", "step_parts", "steps_within",
+    "Clock", "History", "TimePlan", "Trainer", "step_parts", "steps_within", "training_state",
+    "write_training_state", "restore_training_state",
     "TrainConfig", "TrainStep", "corpus_bleu", "label_smoothing_loss", "linear_lr",
     "make_optimizer", "noam_lr", "prepare_corpus", "smoothed_loss_floor", "translate",
 ]
@@ -111,6 +114,21 @@ class Clock:
     def read(self) -> float:
         return self.seconds + (0.0 if self.started is None else self.now() - self.started)
 
+    @contextlib.contextmanager
+    def paused(self):
+        self.stop()
+        try:
+            yield
+        finally:
+            self.start()
+
+
+@functools.lru_cache(maxsize=8)
+def steps_in(data: BatchedCorpus, epochs: int, per_step: int) -> int:
+    """Optimiser steps in ``epochs`` epochs of ``data`` at ``per_step`` batches a step (cached:
+    counting an epoch's batches shuffles it)."""
+    return sum(-(-data.num_batches(e) // per_step) for e in range(epochs))
+
 
 def steps_within(budget: float, step: int, elapsed: float, pace: float) -> int:
     """The step at which a run that is at ``step`` after ``elapsed`` seconds, taking ``pace``
@@ -120,15 +138,20 @@ def steps_within(budget: float, step: int, elapsed: float, pace: float) -> int:
 
 class TimePlan:
     """*Time budget*: the budget turned into a number of steps, once, after ``PLAN_AT`` steps of a
-    ``fit`` call, at the pace of its steps since the ``PACE_FROM``-th (the slowest rank's). A
-    budget spent before then (a run of a few steps) ends the run where it is. ``steps`` is None
-    until planned; a checkpoint keeps it."""
+    ``fit`` call, at the pace (seconds a step) of its steps since the ``PACE_FROM``-th (the
+    slowest rank's). A budget spent before then (a run of a few steps) ends the run where it is.
+    ``steps`` is None until planned (the linear schedule's progress is 0 until then); a
+    checkpoint keeps ``steps`` and ``pace``, and a resumed run with another budget replans from
+    that pace at once."""
 
-    def __init__(self, budget: float | None, steps: int | None = None):
-        self.budget, self.steps, self.mark = budget, steps, 0.0
+    def __init__(self, budget: float | None, steps: int | None = None, pace: float | None = None):
+        self.budget, self.steps, self.pace, self.mark = budget, steps, pace, 0.0
+
+    def waiting(self) -> bool:
+        return self.budget is not None and self.steps is None
 
     def update(self, step: int, steps_this_call: int, seconds: float, dist: Context) -> None:
-        if self.budget is None or self.steps is not None:
+        if not self.waiting():
             return
         if steps_this_call == PACE_FROM:
             self.mark = seconds
@@ -136,7 +159,21 @@ class TimePlan:
         if now >= self.budget:
             self.steps = step
         elif steps_this_call == PLAN_AT:
-            self.steps = steps_within(self.budget, step, now, (now - mark) / (PLAN_AT - PACE_FROM))
+            self.pace = (now - mark) / (PLAN_AT - PACE_FROM)
+            self.steps = steps_within(self.budget, step, now, self.pace)
+
+    def state(self) -> dict:
+        return {"budget": self.budget, "steps": self.steps, "pace": self.pace}
+
+    @classmethod
+    def resumed(cls, budget: float | None, state: dict | None, step: int, seconds: float):
+        """The plan of a run resumed at ``step`` after ``seconds``, with ``budget`` now."""
+        state = state or {}
+        if budget == state.get("budget"):
+            return cls(budget, state.get("steps"), state.get("pace"))
+        if budget is not None and state.get("pace"):  # another budget: replan at the same pace
+            return cls(budget, steps_within(budget, step, seconds, state["pace"]), state["pace"])
+        return cls(budget)
 
 
 def step_parts(model: nn.Module, device: torch.device, cfg: TrainConfig, d_model: int,
@@ -187,12 +224,11 @@ class Trainer:
         self.step = self.epoch = self.batch_in_epoch = 0  # steps done; epoch; its batches done
         self.history, self.clock = History(), Clock()
         self.plan = TimePlan(cfg.time_budget)  # the time budget as a number of steps
-        self._epoch_steps = (None, 0)  # (epochs, batches per step) -> steps, counted once
         self.stop_requested = False  # set (e.g. on Ctrl-C) to stop after this step, saved
         cuda = self.device.type == "cuda"  # the speed settings left at None switch on there
         self.optimizer, self.scheduler, self.scaler, self.replica, self.train_step = step_parts(
             self.model, self.device, cfg, self.d_model, self.pad_id, self.dist,
-            progress=lambda done: min(1.0, done / self.total_steps()))
+            progress=lambda done: 0.0 if self.plan.waiting() else min(1.0, done / self.total_steps()))
         self.amp_dtype = self.train_step.amp_dtype
         self.sync_every = cfg.sync_every or (50 if cuda else 1)  # losses read every n steps
         self.prefetch = cuda if cfg.prefetch is None else cfg.prefetch
@@ -223,11 +259,12 @@ class Trainer:
                 tokens, started, losses = 0, time.perf_counter(), []
                 for planned in steps:
                     parts = [(next(batches)[1], share) for share in planned.shares]
+                    lr = self.scheduler.get_last_lr()[0]  # the rate this step uses
                     loss = self.train_step.accumulate(parts, self.dist.world_size)
                     self.step += 1
                     self.batch_in_epoch += len(planned.group)
                     tokens += planned.tokens
-                    self.log.step(self.step, loss, self.scheduler.get_last_lr()[0])
+                    self.log.step(self.step, loss, lr)
                     bar.update(len(planned.group))
                     epoch_over = self.batch_in_epoch == len(targets)
                     if epoch_over:  # move on before saving, so a resume starts the next epoch
@@ -238,17 +275,19 @@ class Trainer:
                     self.plan.update(self.step, self.step - first, self.clock.read(), self.dist)
                     finished = self.done()
                     stop = self.agreed_stop() or finished
-                    validate = self.val_data is not None and (
-                        self.step % cfg.eval_every == 0 if cfg.eval_every else epoch_over or finished)
+                    validate = self.val_data is not None and (finished or (
+                        self.step % cfg.eval_every == 0 if cfg.eval_every else epoch_over))
                     save = bool(cfg.checkpoint_dir) and (  # decided alike on every rank
                         self.step % cfg.checkpoint_every == 0 or epoch_over or stop)
                     if self.log.unread >= self.sync_every or epoch_over or validate or save or stop:
                         losses += self.log.read_losses()  # (processes: a sum over the ranks)
                         bar.set_postfix(loss=f"{losses[-1]:.3f}", step=self.step)
-                    if validate:
-                        self.log.validation(self.step, self.epoch, self.evaluate())
-                    if save and self.dist.is_main:  # rank 0 writes: the replicas are identical
-                        self.save_checkpoint(Path(cfg.checkpoint_dir) / "last.pt")
+                    if validate or save:
+                        with self.clock.paused():  # a time budget counts training steps alone
+                            if validate:
+                                self.log.validation(self.step, self.epoch, self.evaluate())
+                            if save:
+                                self.save_checkpoint(Path(cfg.checkpoint_dir) / "last.pt")
                     if stop:
                         break
                 batches.close()
@@ -265,12 +304,9 @@ class Trainer:
     def total_steps(self) -> int:
         """The steps the run takes: ``epochs`` epochs, capped at ``max_steps`` and at the time
         budget's plan once made. The linear schedule decays to 0 there."""
-        cfg, per_step = self.config, self.dist.world_size * self.config.accumulate
-        key = (cfg.epochs, per_step)
-        if self._epoch_steps[0] != key:  # (counting the batches shuffles the data)
-            self._epoch_steps = key, sum(-(-self.train_data.num_batches(e) // per_step)
-                                         for e in range(cfg.epochs))
-        caps = [self._epoch_steps[1], cfg.max_steps, self.plan.steps]
+        cfg = self.config
+        epochs = steps_in(self.train_data, cfg.epochs, self.dist.world_size * cfg.accumulate)
+        caps = [epochs, cfg.max_steps, self.plan.steps]
         return min(c for c in caps if c is not None)
 
     def done(self) -> bool:
@@ -303,8 +339,8 @@ class Trainer:
         return self.snapshots.average()
 
     def save_checkpoint(self, path: str | os.PathLike) -> None:
-        """*Resume*: write :func:`training_state` atomically to ``path``."""
-        atomic_torch_save(training_state(self), path)
+        """*Resume*: :func:`write_training_state` (every rank calls it; rank 0 writes)."""
+        write_training_state(self, path)
 
     def load_checkpoint(self, path: str | os.PathLike) -> None:
         """*Resume*: continue from a checkpoint written by :meth:`save_checkpoint`."""
@@ -324,10 +360,25 @@ def training_state(t: Trainer) -> dict:
             "model": t.model.state_dict(), "optimizer": t.optimizer.state_dict(),
             "scheduler": t.scheduler.state_dict(), "scaler": t.scaler.state_dict(),
             "step": t.step, "epoch": t.epoch, "batch_in_epoch": t.batch_in_epoch,
-            "planned_steps": t.plan.steps, "rng": rng, "history": t.history.as_dict(),
+            "time_plan": t.plan.state(), "rng": rng, "history": t.history.as_dict(),
             "model_config": t.model_config, "train_config": dataclasses.asdict(t.config),
             "extra": t.extra, "train_seconds": t.clock.read(),
             "world_size": t.dist.world_size}  # processes that wrote it (may differ later)
+
+
+def write_training_state(t: Trainer, path: str | os.PathLike) -> None:
+    """Rank 0 writes :func:`training_state` atomically to ``path`` (the replicas are identical).
+    *Processes*: every rank calls it, and every rank raises if the write failed."""
+    error = None
+    if t.dist.is_main:
+        try:
+            atomic_torch_save(training_state(t), path)
+        except OSError as e:
+            error = e
+    if t.dist.enabled and t.dist.max(float(error is not None))[0] and error is None:
+        raise RuntimeError(f"rank 0 could not write the checkpoint {path}: see its error")
+    if error is not None:
+        raise error
 
 
 def restore_training_state(t: Trainer, state: dict, path) -> None:
@@ -341,14 +392,13 @@ def restore_training_state(t: Trainer, state: dict, path) -> None:
     t.step, t.epoch, t.batch_in_epoch = state["step"], state["epoch"], state["batch_in_epoch"]
     t.history = History.from_dict(state["history"])
     t.clock.seconds = float(state.get("train_seconds", 0.0))
-    same_budget = state["train_config"].get("time_budget") == t.config.time_budget
-    t.plan.steps = state.get("planned_steps") if same_budget else None  # a new budget: replan
+    t.plan = TimePlan.resumed(t.config.time_budget, state.get("time_plan"), t.step, t.clock.seconds)
     t.extra.update(state.get("extra") or {})
     rng = state["rng"]
     torch.set_rng_state(rng["torch"].cpu())
     random.setstate(as_tuple(rng["python"]))
-    if "cuda" in rng and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all([s.cpu() for s in rng["cuda"]])
+    for i, cuda_state in enumerate(rng.get("cuda", [])[:torch.cuda.device_count()]):
+        torch.cuda.set_rng_state(cuda_state.cpu(), i)  # (those of the GPUs this machine has)
     t.snapshots.load(up_to_epoch=t.epoch)
     if t.dist.rank > 0:  # the file holds rank 0's RNG state; the others draw their own
         torch.manual_seed(rank_seed(t.config.seed, t.dist.rank, t.step))

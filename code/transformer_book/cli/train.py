@@ -158,11 +158,15 @@ def _resumed_config(args, state: dict, last: Path, command_line: dict) -> TrainC
     if args.time_budget is not None and args.time_budget < spent:
         raise UsageError(f"--time-budget {args.time_budget:g}: the run in {last} has already "
                          f"trained for {spent:.0f} s; pass a larger budget to train longer")
+    from transformer_book.train import TimePlan
+
+    plan = TimePlan.resumed(config.time_budget, state.get("time_plan"), step, spent)
+    budget_spent = (step >= plan.steps if plan.steps is not None  # planned: the steps decide
+                    else config.time_budget is not None and spent >= config.time_budget)
     limit = (f"--max-steps {config.max_steps}" if config.max_steps is not None
              and step >= config.max_steps
              else f"--epochs {config.epochs}" if epoch >= config.epochs
-             else f"--time-budget {config.time_budget:g} (seconds)"
-             if config.time_budget is not None and spent >= config.time_budget else None)
+             else f"--time-budget {config.time_budget:g} (seconds)" if budget_spent else None)
     if limit is None:
         return config
     print(f"{PROG} train: nothing to do: the run in {last} is at step {step} ({epoch} "
