@@ -20,7 +20,7 @@ import time
 import torch
 from flags import add_flags, set_threads
 from transformer_book import describe_hardware, get_device
-from transformer_book.benchmark import (
+from transformer_lab import (
     format_bytes,
     format_table,
     loglog_slope,

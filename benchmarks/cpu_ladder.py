@@ -1,7 +1,7 @@
 """The CPU ladder and profile of chapter 11: what each change of the CPU speed run buys, on real
 Multi30k batches of the cpu recipe, and where a training step's time goes.
 
-The ladder (``transformer_book.benchmark.cpu_ladder``): fp32 on 1 thread -> 2 threads -> bf16
+The ladder (``transformer_lab.cpu_ladder``): fp32 on 1 thread -> 2 threads -> bf16
 autocast (fused attention) -> bf16 with the plain attention kernel (the package's CPU bf16 path)
 -> no dropout (a recipe change) -> torch.compile, each rung keeping the ones above, the rungs
 taking turns round after round on the same batches; per rung target tokens/s and sentences/s
@@ -31,7 +31,10 @@ from pathlib import Path
 import torch
 from flags import add_flags, results_folder
 from transformer_book import describe_hardware
-from transformer_book.benchmark.cpu_ladder import (
+from transformer_book.config import model_config_for
+from transformer_book.files import atomic_write
+from transformer_book.step import native_cpu_bf16
+from transformer_lab.cpu_ladder import (
     CPU_LADDER,
     CpuRung,
     compile_payoff,
@@ -40,10 +43,7 @@ from transformer_book.benchmark.cpu_ladder import (
     real_batches,
     summarize_ladder,
 )
-from transformer_book.benchmark.timing import format_table
-from transformer_book.config import model_config_for
-from transformer_book.files import atomic_write
-from transformer_book.step import native_cpu_bf16
+from transformer_lab.timing import format_table
 
 #: The profiled settings (eager; the threads are set per run).
 PROFILES = (

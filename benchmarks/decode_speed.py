@@ -24,13 +24,13 @@ import time
 import torch
 from flags import add_flags, set_threads
 from transformer_book import describe_hardware, get_device
-from transformer_book.benchmark import (
+from transformer_book.config import PRESETS
+from transformer_lab import (
     format_table,
     make_eos_unreachable,
     measure_decoding,
     source_batches,
 )
-from transformer_book.config import PRESETS
 
 
 def load_model(args, device):

@@ -40,7 +40,7 @@ steps in that budget, and so changes the results: compare runs made on one machi
               recurrent model without input feeding), 60 s each, two rounds: about 13 minutes
   precision   target tokens/s of both models' training steps (untrained, their chosen rates) on
               the first 9 batches, bf16 and float32, 2 and 1 threads, fastest of 3 rounds
-              (transformer_book.benchmark.compare_train_rates, as chapter 9's live cell):
+              (transformer_lab.compare_train_rates, as chapter 9's live cell):
               about 3 minutes
   collect     merge every run file into rnn_vs_transformer.json (seconds)
 
@@ -458,7 +458,7 @@ def precision(args, data, tokenizer, folder: Path) -> None:
     measurement chapter 9 repeats live on the reader's machine."""
     import itertools
 
-    from transformer_book.benchmark import compare_train_rates
+    from transformer_lab import compare_train_rates
 
     path = pending(folder, "precision.json")
     if path is None:

@@ -3,7 +3,7 @@
 For the package's small preset (TransformerConfig.small()) and for the paper's base model it prints ms/step, target
 tokens/s and model FLOPs utilisation (MFU, on a GPU whose peak is known) for each rung: eager
 baseline, no host syncs, fused Adam, flash SDPA, torch.compile, CUDA graphs, larger batch
-(see ``transformer_book.benchmark.ladder``). Rungs that need CUDA are reported as skipped on a
+(see ``transformer_lab.ladder``). Rungs that need CUDA are reported as skipped on a
 CPU. The models take turns within each rung and the fastest of ``--rounds`` rounds is kept; the
 ``spread`` field of each row (slowest round / fastest - 1) shows how noisy the machine was.
 Writes ``benchmarks/results/<machine>/throughput_ladder.json`` (one row per model, config and
@@ -25,7 +25,10 @@ from pathlib import Path
 import torch
 from flags import add_flags, results_folder, set_threads
 from transformer_book import describe_hardware, get_device
-from transformer_book.benchmark import (
+from transformer_book.config import TransformerConfig
+from transformer_book.files import write_json
+from transformer_book.model import Transformer
+from transformer_lab import (
     LADDER_COLUMNS,
     TorchTransformerBaseline,
     format_table,
@@ -33,10 +36,7 @@ from transformer_book.benchmark import (
     matched_configs,
     measure_ladder,
 )
-from transformer_book.benchmark.ladder import json_rows
-from transformer_book.config import TransformerConfig
-from transformer_book.files import write_json
-from transformer_book.model import Transformer
+from transformer_lab.ladder import json_rows
 
 
 def model_pair(config: TransformerConfig):

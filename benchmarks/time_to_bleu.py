@@ -43,7 +43,6 @@ import torch
 from flags import add_flags, results_folder, set_threads
 from torch import nn
 from transformer_book import describe_hardware, get_device, set_seed
-from transformer_book.benchmark import TorchTransformerBaseline, count_train_flops
 from transformer_book.config import TransformerConfig
 from transformer_book.corpus import prepare_run_data
 from transformer_book.data import load_multi30k
@@ -53,6 +52,7 @@ from transformer_book.model import Transformer
 from transformer_book.tokenizer import load_or_train_tokenizer
 from transformer_book.train import Clock, TrainConfig, TrainStep, make_optimizer
 from transformer_book.utils import cpu_identity
+from transformer_lab import TorchTransformerBaseline, count_train_flops
 
 
 @dataclasses.dataclass

@@ -20,7 +20,9 @@ import time
 import torch
 from flags import add_flags, set_threads
 from transformer_book import describe_hardware, get_device
-from transformer_book.benchmark import (
+from transformer_book.config import PRESETS, TransformerConfig
+from transformer_book.model import Transformer
+from transformer_lab import (
     TorchTransformerBaseline,
     format_table,
     gpu_peak_tflops,
@@ -28,8 +30,6 @@ from transformer_book.benchmark import (
     measure_train_throughput,
     profile_train_step,
 )
-from transformer_book.config import PRESETS, TransformerConfig
-from transformer_book.model import Transformer
 
 AMP = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 

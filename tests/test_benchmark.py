@@ -1,10 +1,10 @@
-"""Correctness of the measuring helpers in transformer_book.benchmark (nothing here is timed)."""
+"""Correctness of the measuring helpers in transformer_lab (nothing here is timed)."""
 
 import math
 
 import pytest
 import torch
-from transformer_book import benchmark
+import transformer_lab as benchmark
 
 
 def test_loglog_slope_recovers_exponents():

@@ -1,4 +1,4 @@
-"""Correctness of the CPU ladder and profile helpers (transformer_book.benchmark.cpu_ladder):
+"""Correctness of the CPU ladder and profile helpers (transformer_lab.cpu_ladder):
 the rungs run the step they name, the summaries compute what they say, the profile's groups
 add up. Nothing here is timed."""
 
@@ -8,9 +8,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 from transformer_book.batching import collate
-from transformer_book.benchmark import cpu_ladder
-from transformer_book.benchmark.cpu_ladder import CPU_LADDER, CpuRung
 from transformer_book.config import TransformerConfig
+from transformer_lab import cpu_ladder
+from transformer_lab.cpu_ladder import CPU_LADDER, CpuRung
 
 CONFIG = TransformerConfig.tiny(src_vocab_size=30, tgt_vocab_size=30, dropout=0.1)
 BATCHES = [collate([[5, 6, 7, 8], [9, 10]], [[3, 4, 11], [5, 6, 7, 8, 12]]),

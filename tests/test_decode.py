@@ -148,9 +148,9 @@ def test_gnmt_length_penalty_values():
 def test_any_encoder_decoder_decodes_and_use_cache_follows_the_model():
     """decode takes any model with encode/decode/config (here nn.Transformer's wrapper, which
     keeps no cache): use_cache=None decodes without one, use_cache=True says it cannot."""
-    from transformer_book.benchmark import TorchTransformerBaseline
     from transformer_book.config import TransformerConfig
     from transformer_book.decode import beam_search, greedy_decode
+    from transformer_lab import TorchTransformerBaseline
 
     torch.manual_seed(0)
     model = TorchTransformerBaseline(TransformerConfig.tiny(src_vocab_size=20, tgt_vocab_size=20))

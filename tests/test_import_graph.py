@@ -38,3 +38,16 @@ def test_the_longest_import_chain_is_at_most_nine_modules():
     chain = import_graph.longest_chain(import_graph.package_graph(import_graph.graph()))
     length = sum(len(node.split(" + ")) for node in chain)
     assert length <= MAX_CHAIN, " -> ".join(chain)
+
+
+def test_the_teaching_package_never_imports_the_lab():
+    """transformer_lab measures transformer_book; a learner's package must not need the lab."""
+    import ast
+    from pathlib import Path
+
+    package = Path(__file__).resolve().parents[1] / "code" / "transformer_book"
+    for path in package.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            assert not any(n.split(".")[0] == "transformer_lab" for n in names), path

@@ -27,12 +27,13 @@ def wheel(tmp_path_factory) -> Path:
     return wheels[0]
 
 
-def test_wheel_holds_the_package_and_only_it(wheel):
+def test_wheel_holds_the_package_and_its_lab_and_only_them(wheel):
     assert wheel.name.startswith(f"transformer_book-{VERSION}-")
     names = zipfile.ZipFile(wheel).namelist()
     assert "transformer_book/__init__.py" in names and "transformer_book/__main__.py" in names
+    assert "transformer_lab/__init__.py" in names  # chapters 9-11 import the measuring lab
     top = {n.split("/")[0] for n in names}
-    assert top == {"transformer_book", f"transformer_book-{VERSION}.dist-info"}, top
+    assert top == {"transformer_book", "transformer_lab", f"transformer_book-{VERSION}.dist-info"}, top
 
 
 def test_command_works_in_a_fresh_venv(wheel, tmp_path):

@@ -11,15 +11,16 @@ batched corpora), ``hf_dataset`` (a Hugging Face dataset, streamed), ``tokenizer
 ``batching`` (token-budget batches).
 
 Training (Sec. 5): ``loss`` (label smoothing, Sec. 5.4), ``schedule`` (Adam and Eq. 3,
-Sec. 5.3), ``step`` (one optimiser step, mixed precision), ``trainer`` (the loop) around
-``training_run`` (what a run holds), ``run_state`` (position and history), ``budget`` (time
-budget and progress), ``distributed`` (several processes), ``checkpoint`` (checkpoint files,
-weight averaging, Sec. 6.1), ``runlog`` (metrics.jsonl); ``train`` re-exports their names.
-``evaluation`` translates and scores BLEU (Sec. 6.1); ``cli`` is ``python -m transformer_book``.
+Sec. 5.3), ``step`` (one optimiser step), ``precision`` (mixed precision), ``train`` (the loop,
+with a time budget turned into steps), ``distributed`` (several processes), ``checkpoint``
+(checkpoint files, weight averaging, Sec. 6.1), ``runlog`` (metrics.jsonl). ``evaluation``
+translates and scores BLEU (Sec. 6.1); ``cli`` is ``python -m transformer_book``.
 
 Around them: ``files`` (atomic writes, UTF-8 lines), ``utils``, ``plotting``, ``diagrams``,
-``cost`` and ``benchmark`` (what the Transformer costs), ``rnn`` (chapter 1's baselines),
-``recurrent`` (the recurrent translator the paper measures against, with the same interface).
+``cost`` (what the Transformer costs, counted), ``rnn`` (chapter 1's baselines), ``recurrent``
+(the recurrent translator the paper measures against, with the same interface). The measuring
+lab of chapters 9-11 and the scripts in ``benchmarks/`` (timings, memory, throughput ladders) is
+a second package installed beside this one, ``transformer_lab``.
 """
 
 from importlib import metadata as _metadata

@@ -34,9 +34,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
-
 from transformer_book.batching import Batch
-from transformer_book.benchmark.memory import quiet_stderr
+
+from transformer_lab.memory import quiet_stderr
 
 
 @dataclass(frozen=True)
@@ -379,7 +379,7 @@ def profile_cpu_step(rung: CpuRung, config, batches: Sequence[Batch], *, wait: i
 def format_profile_groups(profiles: Sequence[dict], labels: Sequence[str] | None = None) -> str:
     """A table of :func:`profile_cpu_step` results: one line per group, one column per profile
     (its operators' own seconds per step and their share), and the total."""
-    from transformer_book.benchmark.timing import format_table
+    from transformer_lab.timing import format_table
 
     labels = list(labels) if labels is not None else [p["rung"] for p in profiles]
     rows = [{"group": g, **{f"c{i}": f"{p['groups'][g]:.3f} s {p['groups'][g] / p['total']:4.0%}"

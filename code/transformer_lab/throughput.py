@@ -10,12 +10,12 @@ from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
-
 from transformer_book.batching import Batch
-from transformer_book.benchmark.memory import quiet_stderr
-from transformer_book.benchmark.timing import sync
 from transformer_book.loss import label_smoothing_loss
 from transformer_book.step import TrainStep, autocast
+
+from transformer_lab.memory import quiet_stderr
+from transformer_lab.timing import sync
 
 # ---------------------------------------------------------------------------------------------
 # Training throughput: our Transformer against torch.nn.Transformer doing the same work

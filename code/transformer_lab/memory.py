@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from transformer_book.benchmark.timing import sync
+from transformer_lab.timing import sync
 
 
 @contextlib.contextmanager

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from transformer_book.benchmark.timing import sync
+from transformer_lab.timing import sync
 
 # ---------------------------------------------------------------------------------------------
 # Decoding speed: greedy and beam search, with and without the key/value cache

@@ -11,10 +11,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-
 from transformer_book.attention import MultiHeadAttention, scaled_dot_product_attention
-from transformer_book.benchmark.memory import peak_memory_bytes
-from transformer_book.benchmark.timing import time_call
+
+from transformer_lab.memory import peak_memory_bytes
+from transformer_lab.timing import time_call
 
 
 def _is_out_of_memory(err: BaseException) -> bool:

@@ -1,6 +1,6 @@
 """The GPU throughput ladder: the same training step with one speed feature more per rung, ours
 and ``torch.nn.Transformer`` side by side (chapter 11's CPU ladder is
-:mod:`~transformer_book.benchmark.cpu_ladder`).
+:mod:`~transformer_lab.cpu_ladder`).
 
 Each rung keeps everything the rungs above it switched on:
 
@@ -35,10 +35,10 @@ from itertools import cycle, islice
 
 import torch
 from torch import nn
-
 from transformer_book.batching import Batch, check_token_ids, to_device_ahead
-from transformer_book.benchmark.throughput import count_train_flops, synthetic_batch
-from transformer_book.benchmark.timing import gpu_peak_tflops, sync
+
+from transformer_lab.throughput import count_train_flops, synthetic_batch
+from transformer_lab.timing import gpu_peak_tflops, sync
 
 
 @dataclass(frozen=True)
