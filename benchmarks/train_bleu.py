@@ -29,10 +29,10 @@ import torch
 from flags import add_flags, set_threads
 from transformer_book import describe_hardware, set_seed
 from transformer_book.cli.common import add_config_flags, add_override_flags, given_settings
-from transformer_book.config import PRESETS, TransformerConfig, model_config_for
+from transformer_book.config import PRESETS, TransformerConfig, model_config_for, train_config_for
 from transformer_book.corpus import prepare_run_data
 from transformer_book.data import load_multi30k
-from transformer_book.model import Transformer
+from transformer_book.model import build_model
 from transformer_book.tokenizer import load_or_train_tokenizer
 from transformer_book.train import TrainConfig, Trainer, corpus_bleu, translate
 
@@ -84,8 +84,7 @@ def main(argv: list[str] | None = None) -> dict:
         train = dataclasses.replace(train, src=train.src[:2000], tgt=train.tgt[:2000])
         splits = {k: dataclasses.replace(v, src=v.src[:100], tgt=v.tgt[:100])
                   for k, v in splits.items()}
-    preset_train = TrainConfig.cpu() if args.preset == "cpu" else TrainConfig()
-    config = dataclasses.replace(preset_train, **{
+    config = dataclasses.replace(train_config_for(args.preset), **{
         "average_last": 1 if args.preset == "cpu" else 5, "progress": False, "log_epochs": True,
         **given_settings(args, [*TRAIN_FIELDS, "device"])})
     model_config = model_config_for(tokenizer, args.preset,
@@ -94,7 +93,7 @@ def main(argv: list[str] | None = None) -> dict:
         train, splits["val"], tokenizer=tokenizer, max_tokens=config.max_tokens,
         max_len=model_config.max_len, seed=config.seed)
     set_seed(config.seed)
-    model = Transformer(model_config)
+    model = build_model(model_config)
     trainer = Trainer(model, train_data, config, model_config=model_config, val_data=val_data)
     hardware = describe_hardware(trainer.device)
     print(f"[{args.name}] {hardware}")

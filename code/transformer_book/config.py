@@ -389,3 +389,12 @@ class TrainConfig:
         screen``, chapter 9). Everything else is the Transformer's cpu recipe, 1,500-token
         batches included."""
         return cls.cpu(**{"lr_factor": 1.8, **overrides})
+
+
+def train_config_for(preset: str = "small", kind: str = "transformer", **overrides) -> TrainConfig:
+    """The training recipe that goes with a model preset: the cpu recipe for ``preset="cpu"``
+    (at the learning rate chosen for each ``kind`` of model, chapter 9), the paper's settings
+    otherwise, with ``overrides``."""
+    if preset == "cpu":
+        return (TrainConfig.cpu_rnn if kind == "rnn" else TrainConfig.cpu)(**overrides)
+    return TrainConfig(**overrides)

@@ -36,7 +36,7 @@ from transformer_book.cli.train_data import (
     corpus_files,
     load_corpus,
 )
-from transformer_book.config import PRESETS, TrainConfig
+from transformer_book.config import PRESETS, TrainConfig, train_config_for
 
 DEFAULT_PRESET, DEFAULT_VOCAB = "small", 8000
 #: The TrainConfig fields `train` has a flag for, and those --resume may change (plus the
@@ -287,9 +287,7 @@ def _train(args, folder: Path, state: dict | None, ctx, files) -> int:
                              f"presets {' and '.join(PRESETS[kind])}")
         if kind == "rnn" and args.norm_first:
             raise UsageError("--norm-first: the recurrent model (--model rnn) has no sub-layers")
-        # --preset cpu: the cpu recipe, at the learning rate chosen for each model (chapter 9)
-        recipe = TrainConfig.cpu_rnn if kind == "rnn" else TrainConfig.cpu
-        base = recipe() if preset == "cpu" else TrainConfig()
+        base = train_config_for(preset, kind)  # --preset cpu: the cpu recipe
         config = dataclasses.replace(base, **command_line)
         extra = {"train_limit": args.train_limit, "preset": preset,
                  "vocab_size": args.vocab_size or DEFAULT_VOCAB, "corpus": files}
