@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> dict:
 
         trainer.after_step = stop_between_epochs
     trainer.fit()
-    if trainer.stop_requested:
+    if trainer.stop_requested and trainer.epoch < config.epochs:
         print(f"[{args.name}] time limit reached after epoch {trainer.epoch}")
     train_seconds = time.perf_counter() - train_start
 
