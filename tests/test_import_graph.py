@@ -51,3 +51,23 @@ def test_the_teaching_package_never_imports_the_lab():
             names = ([a.name for a in node.names] if isinstance(node, ast.Import)
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             assert not any(n.split(".")[0] == "transformer_lab" for n in names), path
+
+
+def test_no_file_over_400_lines_and_no_class_over_150_outside_the_models():
+    """The structure the training half was rewritten to (issue 37): short files, and no class a
+    maintainer must scroll through, except the models themselves (the Transformer, its
+    attention and the recurrent translator read top to bottom as the paper's figures do)."""
+    import ast
+    from pathlib import Path
+
+    package = Path(__file__).resolve().parents[1] / "code" / "transformer_book"
+    models = {"model.py", "attention.py", "recurrent.py"}
+    for path in package.rglob("*.py"):
+        source = path.read_text(encoding="utf-8")
+        assert source.count("\n") <= 400, f"{path.name}: {source.count(chr(10))} lines"
+        if path.name in models:
+            continue
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.ClassDef):
+                size = node.end_lineno - node.lineno + 1
+                assert size <= 150, f"{path.name}: class {node.name} has {size} lines"

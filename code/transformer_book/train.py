@@ -12,17 +12,12 @@ acts:
   (weights, Adam's moments, the schedule, the position in the data, the RNG states),
   :meth:`Trainer.load_checkpoint` reads it back, mid-epoch included.
 - *weight averaging* (Sec. 6.1): the weights at the end of the last ``average_last`` epochs.
-- *a time budget*: turned once into a number of steps, from the pace of the run's first steps
-  (:func:`steps_within`); the plan is stored in the checkpoint. The learning rate is a function
-  of the step and that plan, never of the clock: a resumed run, or the same run on a machine
-  twice as fast given the same plan, gets the same rate at the same step.
+- *a time budget* (:class:`TimePlan`): turned once into a number of steps, from the pace of the
+  run's first steps, and kept in the checkpoint. The learning rate is a function of the step and
+  that plan, never of the clock: a resumed run gets the same rate at the same step.
 
-The names chapter 8 imports from here live in their own modules: :class:`TrainConfig`
-(:mod:`~transformer_book.config`), :func:`label_smoothing_loss` and
-:func:`smoothed_loss_floor` (:mod:`~transformer_book.loss`, Sec. 5.4), :func:`noam_lr`,
-:func:`linear_lr` and :func:`make_optimizer` (:mod:`~transformer_book.schedule`, Sec. 5.3),
-:func:`prepare_corpus` (:mod:`~transformer_book.corpus`, Sec. 5.1), :func:`translate` and
-:func:`corpus_bleu` (:mod:`~transformer_book.evaluation`, Sec. 6.1).
+Chapter 8 imports the other names of ``__all__`` from here too; each lives in its own module
+(config, loss, schedule, corpus, evaluation).
 """
 
 from __future__ import annotations
