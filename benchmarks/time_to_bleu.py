@@ -15,9 +15,11 @@ Only then is test 2016 translated, once, with beam search (beam 4, length penalt
 the test set makes no choice. ``nn.Transformer`` keeps no key/value cache; its weights are copied
 into the book's model, which computes the same function, to decode.
 
-``train_seconds`` is the wall time of the training steps alone (data batching included;
-evaluation excluded); with ``--compile`` the compilation, done before the clock starts on one
-batch of every shape, is reported as ``compile_seconds``.
+Each run is the package's :class:`~transformer_book.train.Trainer`: the recipe's time budget
+becomes a number of steps once, from the pace of its first steps, and the learning rate is a
+function of the step. ``train_seconds`` is the wall time of the training steps alone (data
+batching included; evaluation excluded), so it can end a little over or under the budget.
+``torch.compile`` is not offered here: ``cpu_ladder.py`` measures it (compile time apart).
 
 Writes ``benchmarks/results/<machine>/time_to_bleu.json`` (or ``--out``): the hardware, torch,
 the command, and per run the recipe, the evaluations (step, seconds, validation BLEU), the
@@ -33,10 +35,8 @@ import argparse
 import dataclasses
 import datetime
 import json
-import math
 import shlex
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -50,7 +50,7 @@ from transformer_book.evaluation import corpus_bleu, translate
 from transformer_book.files import atomic_write
 from transformer_book.model import Transformer
 from transformer_book.tokenizer import load_or_train_tokenizer
-from transformer_book.train import Clock, TrainConfig, TrainStep, make_optimizer
+from transformer_book.train import TrainConfig, Trainer
 from transformer_book.utils import cpu_identity
 from transformer_lab import TorchTransformerBaseline, count_train_flops
 
@@ -79,7 +79,6 @@ class Recipe:
     # bf16 autocast of the forward pass (weights and Adam in fp32); on a CPU the step then runs
     # attention through PyTorch's plain kernel (transformer_book.step.autocast)
     bf16: bool = False
-    compile: bool = False
     seed: int = 0
 
 
@@ -119,17 +118,24 @@ RECIPES = {
 REFERENCES = ("standard", "tutorial")
 
 
-def build_model(recipe: Recipe, tokenizer) -> tuple[nn.Module, TransformerConfig]:
-    config = TransformerConfig(
+def configs(recipe: Recipe, tokenizer, device) -> tuple[TransformerConfig, TrainConfig]:
+    """The recipe as the package's two configs: the model's, and a :class:`TrainConfig` whose
+    time budget the :class:`Trainer` turns into a number of steps from the pace of the first
+    steps (the linear schedule reaches 0 there). ``constant``: Adam at ``lr`` from step 1."""
+    model = TransformerConfig(
         src_vocab_size=tokenizer.vocab_size, tgt_vocab_size=tokenizer.vocab_size,
         pad_id=tokenizer.pad_id, d_model=recipe.d_model, num_heads=recipe.num_heads,
         num_layers=recipe.num_layers, d_ff=recipe.d_ff, dropout=recipe.dropout,
         embed_init=recipe.embed_init)
-    set_seed(recipe.seed)
-    if recipe.model == "transformer_book":
-        return Transformer(config), config
-    model = TorchTransformerBaseline(config)  # its embedding drawn as embed_init says
-    return model, config
+    warmup, factor = recipe.warmup_steps, recipe.lr_factor
+    if recipe.schedule == "constant":  # linear_lr's peak, factor * d_model^-0.5, is `lr`
+        warmup, factor = 1, recipe.lr * recipe.d_model**0.5
+    train = TrainConfig(
+        max_tokens=recipe.max_tokens, epochs=10_000, warmup_steps=warmup, lr_factor=factor,
+        schedule=recipe.schedule, time_budget=recipe.time_budget,
+        label_smoothing=recipe.label_smoothing, seed=recipe.seed, device=str(device),
+        amp=recipe.bf16, cpu_amp=recipe.bf16, progress=False)
+    return model, train
 
 
 def for_decoding(model: nn.Module) -> nn.Module:
@@ -145,97 +151,89 @@ def val_bleu(model, tokenizer, corpus, beam_size: int = 1) -> float:
     return corpus_bleu(hyps, corpus.tgt)[0].score
 
 
+class TimedRun(Trainer):
+    """The package's :class:`Trainer`, scoring the validation set (greedy BLEU) every ``every``
+    seconds of training, its clock stopped meanwhile; a score at or above ``target`` stops it."""
+
+    def __init__(self, *args, score, every: float, target: float, name: str, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.score, self.every, self.target, self.name = score, every, target, name
+        self.next_eval, self.evaluations, self.reached = every, [], False
+
+    def after_step(self) -> None:
+        if self.clock.read() >= self.next_eval:
+            self.clock.stop()
+            self.record()
+            self.clock.start()
+            self.next_eval += self.every * (1 + int((self.clock.read() - self.next_eval)
+                                                    // self.every))
+
+    def record(self) -> None:
+        """Score the validation set now (the clock stopped) and note it, with the mean training
+        loss of the steps since the last score whose losses the loop has read."""
+        since = self.evaluations[-1]["step"] if self.evaluations else 0
+        losses = [v for s, v in self.history.train_loss if s > since]
+        bleu = self.score(self.model)
+        seconds, passes = self.clock.read(), self.epoch + self.batch_in_epoch / max(
+            1, self.train_data.num_batches(self.epoch))
+        loss = sum(losses) / len(losses) if losses else float("nan")
+        self.evaluations.append({"train_seconds": round(seconds, 1), "step": self.step,
+                                 "epoch": round(passes, 2), "train_loss": round(loss, 3),
+                                 "val_bleu_greedy": round(bleu, 2)})
+        print(f"[{self.name}] {seconds:6.0f} s  step {self.step:5}  train loss {loss:.3f}  "
+              f"val BLEU (greedy) {bleu:5.2f}", flush=True)
+        self.reached = bleu >= self.target
+        self.stop_requested = self.stop_requested or self.reached
+
+    def target_tokens(self) -> int:
+        """Target tokens of the batches trained on so far."""
+        data = self.train_data
+        return (sum(sum(data.target_tokens(e)) for e in range(self.epoch))
+                + sum(data.target_tokens(self.epoch)[:self.batch_in_epoch]))
+
+
 def run(recipe: Recipe, args, data: dict, tokenizer) -> dict:
-    model, config = build_model(recipe, tokenizer)
-    model.to(args.device)
+    model_config, train_config = configs(recipe, tokenizer, args.device)
+    set_seed(recipe.seed)
+    model = (Transformer(model_config) if recipe.model == "transformer_book"
+             else TorchTransformerBaseline(model_config))  # its embedding drawn as embed_init says
     train = prepare_run_data(data["train"], None, tokenizer=tokenizer,
-                             max_tokens=recipe.max_tokens, max_len=config.max_len,
+                             max_tokens=recipe.max_tokens, max_len=model_config.max_len,
                              seed=recipe.seed).train
-    clock = Clock()  # seconds of training steps only: stopped while evaluating
-    elapsed = clock.read
-
-    def optimizer_and_schedule():
-        if recipe.schedule == "constant":
-            optimizer = torch.optim.Adam(model.parameters(), lr=recipe.lr, betas=(0.9, 0.98),
-                                         eps=1e-9)
-            return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lambda i: 1.0)
-        return make_optimizer(
-            model, config.d_model, recipe.warmup_steps, recipe.lr_factor,
-            schedule=recipe.schedule,
-            progress=lambda steps: min(1.0, elapsed() / recipe.time_budget))
-
-    optimizer, scheduler = optimizer_and_schedule()
-    step_fn = TrainStep(model, optimizer, scheduler, label_smoothing=recipe.label_smoothing,
-                        pad_id=config.pad_id,
-                        amp_dtype=torch.bfloat16 if recipe.bf16 else None,
-                        compile=recipe.compile)
-    sample = next(iter(train.batches(0))).to(args.device)
-    flops_per_token = count_train_flops(model, sample.src, sample.tgt_in, sample.tgt_out,
-                                        pad_id=config.pad_id) / sample.num_tgt_tokens
-    compile_seconds = 0.0
-    if recipe.compile:  # compile for every batch shape of the first epoch, then start again
-        start, shapes = time.perf_counter(), set()
-        state = {k: v.clone() for k, v in model.state_dict().items()}
-        for batch in train.batches(0):
-            batch = batch.to(args.device)
-            if (batch.src.shape, batch.tgt_in.shape) not in shapes:
-                shapes.add((batch.src.shape, batch.tgt_in.shape))
-                step_fn(batch)
-        model.load_state_dict(state)
-        optimizer, scheduler = optimizer_and_schedule()
-        step_fn.optimizer, step_fn.scheduler = optimizer, scheduler
-        compile_seconds = time.perf_counter() - start
-        set_seed(recipe.seed)
-    # `position`: batches of `epoch` already trained on; an evaluation pauses the epoch there
-    evals, steps, tokens, epoch, position = [], 0, 0, 0, 0
-    per_epoch = train.num_batches(0)
     eval_every = args.reference_eval_every if recipe.name in REFERENCES else args.eval_every
-    next_eval, reached, losses = eval_every, False, []
-    print(f"[{recipe.name}] {sum(p.numel() for p in model.parameters()):,} parameters, "
-          f"{len(train):,} training pairs, budget {recipe.time_budget:.0f} s", flush=True)
-    while not reached and elapsed() < recipe.time_budget:
-        clock.start()
-        for batch in train.batches(epoch, start=position):
-            losses.append(step_fn(batch.to(args.device)))
-            steps, position = steps + 1, position + 1
-            tokens += batch.num_tgt_tokens
-            if elapsed() >= min(next_eval, recipe.time_budget):
-                break
-        if position == train.num_batches(epoch):  # the epoch is done: the next one, reshuffled
-            epoch, position = epoch + 1, 0
-        clock.stop()
-        loss = float(torch.stack(losses).mean())
-        if not math.isfinite(loss):
-            raise FloatingPointError(f"[{recipe.name}] training loss {loss} at step {steps}")
-        losses.clear()
-        if elapsed() >= min(next_eval, recipe.time_budget):
-            bleu = val_bleu(model, tokenizer, data["val"])
-            evals.append({"train_seconds": round(elapsed(), 1), "step": steps,
-                          "epoch": round(epoch + position / per_epoch, 2),
-                          "train_loss": round(loss, 3),
-                          "val_bleu_greedy": round(bleu, 2)})
-            print(f"[{recipe.name}] {elapsed():6.0f} s  step {steps:5}  train loss {loss:.3f}  "
-                  f"val BLEU (greedy) {bleu:5.2f}", flush=True)
-            reached = bleu >= args.val_target
-            next_eval += eval_every
+    trainer = TimedRun(model, train, train_config, model_config=model_config,
+                       score=lambda m: val_bleu(m, tokenizer, data["val"]), every=eval_every,
+                       target=args.val_target, name=recipe.name)
+    sample = next(iter(train.batches(0))).to(trainer.device)
+    flops_per_token = count_train_flops(trainer.model, sample.src, sample.tgt_in, sample.tgt_out,
+                                        pad_id=model_config.pad_id) / sample.num_tgt_tokens
+    parameters = sum(p.numel() for p in model.parameters())
+    print(f"[{recipe.name}] {parameters:,} parameters, {len(train):,} training pairs, "
+          f"budget {recipe.time_budget:.0f} s", flush=True)
+    trainer.fit()
+    if not trainer.evaluations or trainer.evaluations[-1]["step"] != trainer.step:
+        trainer.record()  # the end of the budget
+    seconds, tokens = trainer.clock.read(), trainer.target_tokens()
     test_bleu, signature = None, None
     if not args.no_test:
-        hyps = translate(for_decoding(model), tokenizer, data["test"].src, beam_size=4,
+        hyps = translate(for_decoding(trainer.model), tokenizer, data["test"].src, beam_size=4,
                          length_penalty=0.6)
         score, signature = corpus_bleu(hyps, data["test"].tgt)
         test_bleu = round(score.score, 2)
         print(f"[{recipe.name}] test 2016 BLEU {test_bleu:.2f} (beam 4)", flush=True)
-    print(f"[{recipe.name}] {elapsed():.0f} s of training, {steps} steps, "
-          f"{tokens / elapsed():,.0f} target tokens/s"
-          + (f"; compiling took {compile_seconds:.0f} s" if recipe.compile else ""), flush=True)
+    print(f"[{recipe.name}] {seconds:.0f} s of training, {trainer.step} steps (planned "
+          f"{trainer.plan.steps} at {trainer.plan.pace or 0:.3f} s a step), "
+          f"{tokens / seconds:,.0f} target tokens/s", flush=True)
     return {
-        "recipe": dataclasses.asdict(recipe), "parameters": sum(p.numel() for p in model.parameters()),
-        "reached_val_target": reached, "test2016_bleu_beam4": test_bleu,
-        "reached_target": None if test_bleu is None else test_bleu >= args.target, "train_seconds": round(elapsed(), 1),
-        "compile_seconds": round(compile_seconds, 1), "steps": steps,
-        "epochs": round(epoch + position / per_epoch, 2), "batches_per_epoch": per_epoch,
-        "target_tokens": tokens, "tokens_per_second": round(tokens / elapsed()),
-        "flops_per_target_token": flops_per_token, "evaluations": evals,
+        "recipe": dataclasses.asdict(recipe), "parameters": parameters,
+        "reached_val_target": trainer.reached, "test2016_bleu_beam4": test_bleu,
+        "reached_target": None if test_bleu is None else test_bleu >= args.target,
+        "train_seconds": round(seconds, 1), "steps": trainer.step,
+        "time_plan": trainer.plan.state(),
+        "epochs": trainer.evaluations[-1]["epoch"],
+        "batches_per_epoch": train.num_batches(0), "target_tokens": tokens,
+        "tokens_per_second": round(tokens / seconds),
+        "flops_per_target_token": flops_per_token, "evaluations": trainer.evaluations,
         "sacrebleu_signature": signature,
     }
 

@@ -75,6 +75,15 @@ def test_linear_schedule_reaches_zero_at_the_last_step():
     assert trainer.scheduler.get_last_lr()[0] == pytest.approx(0.0, abs=1e-12)
 
 
+def test_constant_schedule_warms_up_then_holds_the_peak():
+    trainer = _trainer(schedule="constant", epochs=2)
+    trainer.fit()
+    rates = [rate for _, rate in trainer.history.lr]
+    peak = noam_lr(5, 64, 5)
+    assert rates[:5] == pytest.approx([peak * s / 5 for s in range(1, 6)], rel=1e-12)
+    assert len(rates) > 10 and rates[5:] == pytest.approx([peak] * (len(rates) - 5), rel=1e-12)
+
+
 class FakeTime:
     """A clock for the trainer: every training step takes ``per_step`` seconds."""
 
@@ -95,7 +104,7 @@ def _timed(tmp_path=None, per_step=1.0, **overrides):
 
 
 def test_time_budget_becomes_steps_once_and_the_rate_never_reads_the_clock(tmp_path):
-    from transformer_book.train import PLAN_AT
+    from transformer_book.schedule import PLAN_AT
 
     slow = _timed(per_step=1.0)
     slow.fit()

@@ -58,31 +58,32 @@ def _small_run(script, name, eval_every, budget, pairs=300):
 @pytest.mark.skipif(DATA is None, reason="no local Multi30k copy (set MULTI30K_DIR)")
 def test_evaluations_pause_the_epoch_instead_of_restarting_it():
     """The batches trained on are epoch 0's in order, then epoch 1's, ...: an evaluation in the
-    middle of an epoch resumes it where it stopped (it used to restart it, so a run that
-    evaluated more often than once an epoch trained on the epoch's first batches only)."""
+    middle of an epoch resumes it where it stopped (the script's own loop once restarted it)."""
+    from transformer_book.step import TrainStep
+
     args, recipe, data, tokenizer = _small_run(script, "fast", eval_every=0.3, budget=3.0,
                                                pairs=600)
     corpora, seen = [], []
-    real_prepare, real_step = script.prepare_run_data, script.TrainStep.__call__
+    real_prepare, real_step = script.prepare_run_data, TrainStep.accumulate
 
     def prepare(*a, **k):
         prepared = real_prepare(*a, **k)
         corpora.append(prepared.train)
         return prepared
 
-    def spy(self, batch):
-        seen.append(batch.src.clone())
-        return real_step(self, batch)
+    def spy(self, parts, world_size=1):
+        seen.extend(batch.src.clone() for batch, _ in parts)
+        return real_step(self, parts, world_size)
 
-    script.prepare_run_data, script.TrainStep.__call__ = prepare, spy
+    script.prepare_run_data, TrainStep.accumulate = prepare, spy
     try:
         result = script.run(recipe, args, data, tokenizer)
     finally:
-        script.prepare_run_data, script.TrainStep.__call__ = real_prepare, real_step
+        script.prepare_run_data, TrainStep.accumulate = real_prepare, real_step
     (train,) = corpora
     per_epoch = train.num_batches(0)
     assert len(result["evaluations"]) >= 3 and len(seen) == result["steps"]
-    # evaluations fell inside an epoch, so the old loop would have restarted it
+    # evaluations fell inside an epoch
     assert any(e["step"] % per_epoch for e in result["evaluations"][:-1])
     expected, done = [], 0
     while len(expected) < len(seen):
@@ -93,22 +94,36 @@ def test_evaluations_pause_the_epoch_instead_of_restarting_it():
 
 
 @pytest.mark.skipif(DATA is None, reason="no local Multi30k copy (set MULTI30K_DIR)")
+def test_budget_becomes_steps():
+    """The time budget is planned once as a number of steps (the Trainer's TimePlan); the run
+    takes exactly those steps, and the evaluations do not count."""
+    args, recipe, data, tokenizer = _small_run(script, "fast", eval_every=0.5, budget=4.0)
+    result = script.run(recipe, args, data, tokenizer)
+    plan = result["time_plan"]
+    assert plan["budget"] == 4.0 and plan["steps"] == result["steps"] > 20
+    assert abs(result["train_seconds"] - 4.0) < 2.0  # the pace of steps 5-20 held roughly
+
+
+@pytest.mark.skipif(DATA is None, reason="no local Multi30k copy (set MULTI30K_DIR)")
 def test_constant_schedule_keeps_the_rate(tmp_path):
     """The tutorial's Adam runs at 1e-4 from the first step to the last."""
+    from transformer_book.step import TrainStep
+
     args, recipe, data, tokenizer = _small_run(script, "tutorial", eval_every=1e9, budget=2.0)
     rates = []
-    real_step = script.TrainStep.__call__
+    real_step = TrainStep.accumulate
 
-    def spy(self, batch):
+    def spy(self, parts, world_size=1):
         rates.append(self.optimizer.param_groups[0]["lr"])
-        return real_step(self, batch)
+        return real_step(self, parts, world_size)
 
-    script.TrainStep.__call__ = spy
+    TrainStep.accumulate = spy
     try:
         result = script.run(recipe, args, data, tokenizer)
     finally:
-        script.TrainStep.__call__ = real_step
-    assert result["steps"] == len(rates) > 1 and set(rates) == {1e-4}
+        TrainStep.accumulate = real_step
+    assert result["steps"] == len(rates) > 1
+    assert all(r == pytest.approx(1e-4, rel=1e-12) for r in rates)
 
 
 def test_quick_run_writes_every_recipe(tmp_path):

@@ -256,7 +256,7 @@ def model_config_for(tokenizer, preset: str = "small", kind: str = "transformer"
 
 #: The learning-rate schedules (:mod:`transformer_book.schedule`): Eq. (3), or its warm-up
 #: followed by a linear decay to zero when the run ends.
-SCHEDULES = ("noam", "linear")
+SCHEDULES = ("noam", "linear", "constant")
 
 
 def _setting(default, help: str, *, flag: bool = False, valid=None, resume: bool = False,
@@ -304,9 +304,9 @@ class TrainConfig:
         1.0, "multiplier on the learning rate of Eq. (3) (1.0 = the paper)", flag=True,
         valid="(0, inf)")
     schedule: str = _setting(
-        "noam", "the learning rate: Eq. (3) ('noam'), or its warm-up and peak, then a linear "
-        "decay to 0 when the run ends ('linear': after epochs, max_steps or time_budget, "
-        "whichever comes first)", flag=True, valid=SCHEDULES)
+        "noam", "the learning rate: Eq. (3) ('noam'); its warm-up and peak, then a linear decay "
+        "to 0 at the run's end (epochs, max_steps or time_budget) ('linear'), or held ('constant')",
+        flag=True, valid=SCHEDULES)
     time_budget: float | None = _setting(
         None, "seconds of training steps, turned into a number of steps once, from the pace "
         "of the run's first steps (validation not counted; None: no limit)", flag=True,

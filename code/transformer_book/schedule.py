@@ -4,7 +4,8 @@ Adam with beta1 = 0.9, beta2 = 0.98, eps = 1e-9, and a learning rate that grows 
 ``warmup_steps`` steps and then decays as the inverse square root of the step, Eq. (3):
 :func:`noam_lr`, :func:`make_optimizer`. Not in the paper: :func:`linear_lr`, a linear warm-up
 towards Eq. (3)'s peak, all of it times a linear decay that reaches zero when the run ends, for
-short time budgets.
+short time budgets; :class:`TimePlan`, such a budget in seconds turned into a number of steps
+once, so that the rate stays a function of the step.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from torch import nn
 
 from transformer_book.config import SCHEDULES
 
-__all__ = ["SCHEDULES", "linear_lr", "make_optimizer", "noam_lr"]
+__all__ = ["SCHEDULES", "TimePlan", "linear_lr", "make_optimizer", "noam_lr", "steps_within"]
 
 
 def noam_lr(step: int, d_model: int, warmup_steps: int = 4000, factor: float = 1.0) -> float:
@@ -74,7 +75,8 @@ def make_optimizer(
     parameters into a few kernels per operation; the update is the same, up to rounding).
     ``schedule="linear"`` uses :func:`linear_lr` instead, with ``progress(steps_done)`` (a
     callable returning the fraction of the run's steps done, e.g. steps done over
-    :meth:`transformer_book.train.Trainer.total_steps`) read at each step.
+    :meth:`transformer_book.train.Trainer.total_steps`) read at each step;
+    ``schedule="constant"`` its warm-up, then its peak held (no decay).
 
     Returns:
         ``(optimizer, scheduler)``.
@@ -87,8 +89,63 @@ def make_optimizer(
                                  **({"fused": True} if fused else {}))
     if schedule == "noam":
         rate = lambda i: noam_lr(i + 1, d_model, warmup_steps, factor)  # noqa: E731
+    elif schedule == "constant":
+        rate = lambda i: linear_lr(i + 1, d_model, warmup_steps, factor)  # noqa: E731
     else:
         # after i steps the run is progress(i) done; the (i + 1)-th step uses this rate
         rate = lambda i: linear_lr(i + 1, d_model, warmup_steps, factor, progress(i))  # noqa: E731
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, rate)
     return optimizer, scheduler
+
+
+#: A time budget is planned after this many steps of a ``fit`` call, from the pace of the steps
+#: after the first ``PACE_FROM`` (which pay for allocations, thread start-up, compilation).
+PLAN_AT, PACE_FROM = 20, 5
+
+
+def steps_within(budget: float, step: int, elapsed: float, pace: float) -> int:
+    """The step at which a run that is at ``step`` after ``elapsed`` seconds, taking ``pace``
+    seconds a step, has spent ``budget`` seconds (at least ``step``: a spent budget ends it)."""
+    return step + max(0, int((budget - elapsed) / max(pace, 1e-9)))
+
+
+class TimePlan:
+    """*Time budget*: the budget turned into a number of steps, once, after ``PLAN_AT`` steps of a
+    ``fit`` call, at the pace (seconds a step) of its steps since the ``PACE_FROM``-th (the
+    slowest rank's). A budget spent before then (a run of a few steps) ends the run where it is.
+    ``steps`` is None until planned (the linear schedule's progress is 0 until then); a
+    checkpoint keeps ``steps`` and ``pace``, and a resumed run with another budget replans from
+    that pace at once."""
+
+    def __init__(self, budget: float | None, steps: int | None = None, pace: float | None = None):
+        self.budget, self.steps, self.pace, self.mark = budget, steps, pace, 0.0
+
+    def waiting(self) -> bool:
+        return self.budget is not None and self.steps is None
+
+    def update(self, step: int, steps_this_call: int, seconds: float, dist) -> None:
+        """After ``step`` (the ``steps_this_call``-th of a ``fit`` call), ``seconds`` of
+        training; ``dist``: the :class:`~transformer_book.distributed.Context`."""
+        if not self.waiting():
+            return
+        if steps_this_call == PACE_FROM:
+            self.mark = seconds
+        now, mark = dist.max(seconds, self.mark)  # alike on every rank
+        if now >= self.budget:
+            self.steps = step
+        elif steps_this_call == PLAN_AT:
+            self.pace = (now - mark) / (PLAN_AT - PACE_FROM)
+            self.steps = steps_within(self.budget, step, now, self.pace)
+
+    def state(self) -> dict:
+        return {"budget": self.budget, "steps": self.steps, "pace": self.pace}
+
+    @classmethod
+    def resumed(cls, budget: float | None, state: dict | None, step: int, seconds: float):
+        """The plan of a run resumed at ``step`` after ``seconds``, with ``budget`` now."""
+        state = state or {}
+        if budget == state.get("budget"):
+            return cls(budget, state.get("steps"), state.get("pace"))
+        if budget is not None and state.get("pace"):  # another budget: replan at the same pace
+            return cls(budget, steps_within(budget, step, seconds, state["pace"]), state["pace"])
+        return cls(budget)

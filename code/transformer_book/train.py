@@ -16,8 +16,7 @@ acts:
   run's first steps, and kept in the checkpoint. The learning rate is a function of the step and
   that plan, never of the clock: a resumed run gets the same rate at the same step.
 
-Chapter 8 imports the other names of ``__all__`` from here too; each lives in its own module
-(config, loss, schedule, corpus, evaluation).
+Chapter 8 imports the other names of ``__all__`` from here too (from their own modules).
 """
 
 from __future__ import annotations
@@ -60,7 +59,13 @@ from transformer_book.evaluation import corpus_bleu, mean_loss, translate
 from transformer_book.loss import label_smoothing_loss, smoothed_loss_floor
 from transformer_book.precision import autocast_dtype
 from transformer_book.runlog import RunLog
-from transformer_book.schedule import linear_lr, make_optimizer, noam_lr
+from transformer_book.schedule import (
+    TimePlan,
+    linear_lr,
+    make_optimizer,
+    noam_lr,
+    steps_within,
+)
 from transformer_book.step import TrainStep
 from transformer_book.utils import get_device
 
@@ -70,11 +75,6 @@ __all__ = [  # the loop's own names, then those chapter 8 imports from here
     "TrainConfig", "TrainStep", "corpus_bleu", "label_smoothing_loss", "linear_lr",
     "make_optimizer", "noam_lr", "prepare_corpus", "smoothed_loss_floor", "translate",
 ]
-
-#: A time budget is planned after this many steps of a ``fit`` call, from the pace of the steps
-#: after the first ``PACE_FROM`` (which pay for allocations, thread start-up, compilation).
-PLAN_AT, PACE_FROM = 20, 5
-
 
 @dataclass
 class History:
@@ -118,57 +118,20 @@ class Clock:
             self.start()
 
 
-@functools.lru_cache(maxsize=8)
-def steps_in(data: BatchedCorpus, epochs: int, per_step: int) -> int:
-    """Optimiser steps in ``epochs`` epochs of ``data`` at ``per_step`` batches a step (cached:
-    counting an epoch's batches shuffles it)."""
-    return sum(-(-data.num_batches(e) // per_step) for e in range(epochs))
+@functools.lru_cache(maxsize=4096)  # (counting an epoch's batches shuffles it)
+def epoch_steps(data: BatchedCorpus, epoch: int, per_step: int) -> int:
+    return -(-data.num_batches(epoch) // per_step)  # steps at per_step batches a step
 
 
-def steps_within(budget: float, step: int, elapsed: float, pace: float) -> int:
-    """The step at which a run that is at ``step`` after ``elapsed`` seconds, taking ``pace``
-    seconds a step, has spent ``budget`` seconds (at least ``step``: a spent budget ends it)."""
-    return step + max(0, int((budget - elapsed) / max(pace, 1e-9)))
-
-
-class TimePlan:
-    """*Time budget*: the budget turned into a number of steps, once, after ``PLAN_AT`` steps of a
-    ``fit`` call, at the pace (seconds a step) of its steps since the ``PACE_FROM``-th (the
-    slowest rank's). A budget spent before then (a run of a few steps) ends the run where it is.
-    ``steps`` is None until planned (the linear schedule's progress is 0 until then); a
-    checkpoint keeps ``steps`` and ``pace``, and a resumed run with another budget replans from
-    that pace at once."""
-
-    def __init__(self, budget: float | None, steps: int | None = None, pace: float | None = None):
-        self.budget, self.steps, self.pace, self.mark = budget, steps, pace, 0.0
-
-    def waiting(self) -> bool:
-        return self.budget is not None and self.steps is None
-
-    def update(self, step: int, steps_this_call: int, seconds: float, dist: Context) -> None:
-        if not self.waiting():
-            return
-        if steps_this_call == PACE_FROM:
-            self.mark = seconds
-        now, mark = dist.max(seconds, self.mark)  # alike on every rank
-        if now >= self.budget:
-            self.steps = step
-        elif steps_this_call == PLAN_AT:
-            self.pace = (now - mark) / (PLAN_AT - PACE_FROM)
-            self.steps = steps_within(self.budget, step, now, self.pace)
-
-    def state(self) -> dict:
-        return {"budget": self.budget, "steps": self.steps, "pace": self.pace}
-
-    @classmethod
-    def resumed(cls, budget: float | None, state: dict | None, step: int, seconds: float):
-        """The plan of a run resumed at ``step`` after ``seconds``, with ``budget`` now."""
-        state = state or {}
-        if budget == state.get("budget"):
-            return cls(budget, state.get("steps"), state.get("pace"))
-        if budget is not None and state.get("pace"):  # another budget: replan at the same pace
-            return cls(budget, steps_within(budget, step, seconds, state["pace"]), state["pace"])
-        return cls(budget)
+def steps_in(data: BatchedCorpus, epochs: int, per_step: int, bound: int | None = None) -> int:
+    """Optimiser steps in ``epochs`` epochs of ``data``, or ``bound`` if fewer (then the epochs
+    past it are not counted)."""
+    total = 0
+    for epoch in range(epochs):
+        total += epoch_steps(data, epoch, per_step)
+        if bound is not None and total >= bound:
+            return bound
+    return total
 
 
 def step_parts(model: nn.Module, device: torch.device, cfg: TrainConfig, d_model: int,
@@ -296,16 +259,16 @@ class Trainer:
             self.clock.stop()
         return self.history
 
-    def total_steps(self) -> int:
+    def total_steps(self, bound: int | None = None) -> int:
         """The steps the run takes: ``epochs`` epochs, capped at ``max_steps`` and at the time
-        budget's plan once made. The linear schedule decays to 0 there."""
+        budget's plan once made (the linear schedule decays to 0 there), and at ``bound``."""
         cfg = self.config
-        epochs = steps_in(self.train_data, cfg.epochs, self.dist.world_size * cfg.accumulate)
-        caps = [epochs, cfg.max_steps, self.plan.steps]
-        return min(c for c in caps if c is not None)
+        caps = [c for c in (cfg.max_steps, self.plan.steps, bound) if c is not None]
+        return steps_in(self.train_data, cfg.epochs, self.dist.world_size * cfg.accumulate,
+                        min(caps, default=None))
 
-    def done(self) -> bool:
-        return self.epoch >= self.config.epochs or self.step >= self.total_steps()
+    def done(self) -> bool:  # (epochs past the next step are not counted)
+        return self.epoch >= self.config.epochs or self.step >= self.total_steps(self.step + 1)
 
     def agreed_stop(self) -> bool:
         """*Processes*: whether any rank was asked to stop (they must stop at the same step)."""

@@ -158,7 +158,7 @@ def _resumed_config(args, state: dict, last: Path, command_line: dict) -> TrainC
     if args.time_budget is not None and args.time_budget < spent:
         raise UsageError(f"--time-budget {args.time_budget:g}: the run in {last} has already "
                          f"trained for {spent:.0f} s; pass a larger budget to train longer")
-    from transformer_book.train import TimePlan
+    from transformer_book.schedule import TimePlan
 
     plan = TimePlan.resumed(config.time_budget, state.get("time_plan"), step, spent)
     budget_spent = (step >= plan.steps if plan.steps is not None  # planned: the steps decide
