@@ -24,7 +24,7 @@ def test_fast_recipe_is_the_cpu_presets_with_its_three_changes():
         model.d_model, model.num_layers, model.d_ff, model.embed_init)
     assert (fast.max_tokens, fast.warmup_steps, fast.lr_factor, fast.schedule) == (
         train.max_tokens, train.warmup_steps, train.lr_factor, train.schedule)
-    assert (fast.dropout, fast.bf16, fast.time_budget) == (0.0, True, 600.0)
+    assert (fast.dropout, fast.bf16, fast.time_budget) == (0.0, True, 300.0)
 
 
 @pytest.mark.skipif(DATA is None, reason="no local Multi30k copy (set MULTI30K_DIR)")
