@@ -15,16 +15,17 @@ SHARED = ROOT.parent / "shared" / "data" / "multi30k"
 DATA = os.environ.get("MULTI30K_DIR") or (str(SHARED) if SHARED.is_dir() else None)
 
 
-def test_fast_recipe_is_the_cpu_presets_with_its_three_changes():
+def test_fast_recipe_is_the_cpu_presets_with_its_changes():
     from transformer_book.config import TrainConfig, TransformerConfig
 
     fast = script.RECIPES["fast"]
     model, train = TransformerConfig.cpu(), TrainConfig.cpu()
-    assert (fast.d_model, fast.num_layers, fast.d_ff, fast.embed_init) == (
-        model.d_model, model.num_layers, model.d_ff, model.embed_init)
+    assert (fast.d_model, fast.d_ff, fast.embed_init, fast.dropout) == (
+        model.d_model, model.d_ff, model.embed_init, model.dropout)
     assert (fast.max_tokens, fast.warmup_steps, fast.lr_factor, fast.schedule) == (
         train.max_tokens, train.warmup_steps, train.lr_factor, train.schedule)
-    assert (fast.dropout, fast.bf16, fast.time_budget) == (0.0, True, 300.0)
+    assert (fast.num_layers, model.num_layers) == (2, 3)  # 2 + 2 layers instead of 3 + 3
+    assert (fast.bf16, fast.time_budget, fast.flush_denormal) == (True, 270.0, False)
 
 
 @pytest.mark.skipif(DATA is None, reason="no local Multi30k copy (set MULTI30K_DIR)")
