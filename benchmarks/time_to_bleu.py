@@ -98,8 +98,8 @@ def from_presets(name: str, **changes) -> Recipe:
 RECIPES = {
     # the CPU speed-run recipe (chapter 11): the cpu presets with 2 + 2 layers instead of 3 + 3,
     # in bf16 (the forward pass; on a CPU without bf16 instructions that is slower, not faster),
-    # on a budget of 270 s (planned from the pace of the first steps, which run faster than the
-    # average: the runs' steps took up to 300 s)
+    # on a budget of 270 s (planned from the pace of the first steps; the steps of its runs took
+    # 253 to 269 s, within 300)
     "fast": from_presets("fast", num_layers=2, bf16=True, time_budget=270.0),
     # the cpu presets themselves (fp32 where the CPU lacks bf16 instructions), on 600 s
     "cpu": from_presets("cpu", time_budget=600.0),

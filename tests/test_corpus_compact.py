@@ -98,17 +98,6 @@ def test_compact_corpus_batches_exactly_like_the_lists(tok, widths):
         batches(lists)
 
 
-def test_saved_ids_load_memory_mapped(tok, tmp_path):
-    src, tgt = encode_pairs(tok, corpus())
-    src.save(tmp_path / "src")
-    loaded = TokenIds.load(tmp_path / "src")
-    assert isinstance(loaded.flat, np.memmap) and loaded.flat.dtype == np.uint16
-    assert [loaded[i] for i in range(len(loaded))] == [src[i] for i in range(len(src))]
-    assert sorted(p.name for p in (tmp_path / "src").iterdir()) == ["ids.npy", "offsets.npy"]
-    a = CompactBatchedCorpus(loaded, tgt, 64, seed=1)
-    assert batches(a) == batches(CompactBatchedCorpus(src, tgt, 64, seed=1))
-
-
 def test_empty_stream_and_all_too_long_are_one_line_errors(tok):
     with pytest.raises(CorpusError, match="toy: no sentence pairs"):
         prepare_corpus(tok, PairStream(lambda: iter(()), name="toy"), 64)

@@ -177,3 +177,30 @@ def test_benchmarks_readme_states_the_stored_speed_runs():
               for e in dropout["results"][0]["evaluations"]}
     assert dropout["results"][0]["recipe"]["dropout"] == 0.1
     assert re.search(rf"{scores[360]:.2f} at 360 s and {scores[600]:.2f} at 600 s", readme)
+
+
+def test_benchmarks_readme_states_the_five_minute_runs():
+    """The five-minute recipe's table in benchmarks/README.md is the stored records' figures, and
+    every run of it met the goal: test 2016 BLEU >= 30, its steps within 300 s (240 s on the
+    215-s budget)."""
+    import json
+
+    folder = ROOT / "benchmarks" / "results" / "cpu-2026-11-27"
+    readme = (ROOT / "benchmarks" / "README.md").read_text()
+    section = readme[readme.index("(2026-11-27): the five-minute recipe"):]
+    labels = {"time_to_bleu.json": "0", "time_to_bleu_seed1.json": "1",
+              "time_to_bleu_float32.json": "0, float32",
+              "time_to_bleu_stretch.json": "0, 215-s budget",
+              "time_to_bleu_stretch_seed1.json": "1, 215-s budget"}
+    for file, label in labels.items():
+        fast = json.loads((folder / file).read_text())["results"][0]
+        line = next(line for line in section.splitlines() if line.startswith(f"| `{file}`"))
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        assert cells[1:] == [label, f"{fast['time_plan']['budget']:.0f} s",
+                             f"{fast['train_seconds']:.0f} s", f"{fast['steps']:,}",
+                             f"{fast['epochs']:.2f}", f"{fast['tokens_per_second']:,}",
+                             f"{fast['evaluations'][-1]['val_bleu_greedy']:.2f}",
+                             f"{fast['test2016_bleu_beam4']:.2f}"], file
+        limit = 240 if "stretch" in file else 300
+        assert fast["test2016_bleu_beam4"] >= 30 and fast["train_seconds"] <= limit, file
+        assert fast["recipe"]["num_layers"] == 2 and fast["recipe"]["bf16"] == ("float32" not in file)

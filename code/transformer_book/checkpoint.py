@@ -128,8 +128,6 @@ def as_tuple(x):
     return tuple(as_tuple(i) for i in x) if isinstance(x, list | tuple) else x
 
 
-
-
 def safe_torch_load(path: str | os.PathLike, map_location=None):
     """``torch.load(path, weights_only=True)`` with one clear :class:`CheckpointError` for each
     way the file can be unreadable (empty, truncated, not a PyTorch file, unsafe objects).
@@ -265,18 +263,16 @@ def model_from_checkpoint(path: str | os.PathLike, device: torch.device | str | 
         raise CheckpointError(f"{path} stores no tokenizer (extra['tokenizer']); use a "
                               "checkpoint written by `python -m transformer_book train`")
     kind = state["model_config"].get("kind", "transformer")
+    writer = (f"it was written by transformer_book "
+              f"{state.get('transformer_book_version', 'another version')}: use that version")
     if kind not in MODEL_KINDS:
         raise CheckpointError(f"{path} holds a model of kind {kind!r}, which this version does "
-                              f"not know; it was written by transformer_book "
-                              f"{state.get('transformer_book_version', 'another version')}: "
-                              "use that version")
+                              f"not know; {writer}")
     known = {f.name for f in dataclasses.fields(MODEL_KINDS[kind])}
     unknown = sorted(set(state["model_config"]) - known)
     if unknown:
         raise CheckpointError(f"{path} describes its model with fields this version does not "
-                              f"know ({', '.join(unknown)}); it was written by transformer_book "
-                              f"{state.get('transformer_book_version', 'another version')}: "
-                              "use that version")
+                              f"know ({', '.join(unknown)}); {writer}")
     try:
         config = model_config_from_dict(state["model_config"])
     except (TypeError, ValueError) as e:

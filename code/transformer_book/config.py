@@ -26,72 +26,15 @@ class _ConfigMethods:
         """A copy with some fields changed (``dataclasses.replace``), validated again."""
         return replace(self, **changes)
 
-
-@dataclass(frozen=True)
-class TransformerConfig(_ConfigMethods):
-    """Sec. 3 / Table 3: hyperparameters of the encoder-decoder Transformer (base model defaults).
-
-    Build variants with the presets (``TransformerConfig.small(dropout=0.2)``) or
-    ``dataclasses.replace(config, ...)``; the object itself is immutable.
-    """
-
-    src_vocab_size: int = (
-        37000  # Sec. 5.1: shared source-target BPE vocabulary, ~37000 tokens (EN-DE)
-    )
-    tgt_vocab_size: int = 37000  # Sec. 5.1: the same shared vocabulary on the target side
-    d_model: int = 512  # Sec. 3.1: width of the embeddings and of every sub-layer output
-    num_heads: int = 8  # Sec. 3.2.2: h = 8 parallel attention heads
-    num_layers: int = 6  # Sec. 3.1: N = 6 identical layers, in the encoder and in the decoder each
-    d_ff: int = 2048  # Sec. 3.3: inner width of the position-wise feed-forward network
-    d_key: int | None = None  # Sec. 3.2.2: per-head query/key width d_k; None = d_model / h (Table 3 B)
-    d_value: int | None = None  # Sec. 3.2.2: per-head value width d_v; None = d_model / h
-    dropout: float = 0.1  # Sec. 5.4: P_drop on each sub-layer output and on embeddings + positions
-    attention_dropout: float = (
-        0.0  # not in the paper (Sec. 5.4 has none here); nn.Transformer uses dropout
-    )
-    ffn_dropout: float = (
-        0.0  # not in the paper: dropout after the ReLU of Eq. (2) (Annotated Transformer)
-    )
-    max_len: int = (
-        512  # Sec. 3.5: rows of the positional table = longest sequence (paper sets none)
-    )
-    pad_id: int = 0  # id of the padding token in both vocabularies (masked out; the paper never
-    # mentions padding: batching sentences of different lengths needs it, chapter 4)
-    share_embeddings: bool = True  # Sec. 3.4: one embedding matrix for source and target
-    tie_output: bool = True  # Sec. 3.4: pre-softmax linear shares the target embedding matrix
-    norm_first: bool = (
-        False  # Sec. 3.1: post-norm LayerNorm(x + Sublayer(x)); True = later pre-norm
-    )
-    learned_positions: bool = False  # Sec. 3.5 / Table 3 (E): sinusoids; True = learned positions
-    layer_norm_eps: float = 1e-5  # Sec. 3.1 (LayerNorm, Ba et al. 2016): epsilon, PyTorch's default
-    # Not in the paper: how the (shared) embedding matrix starts. "xavier" = Xavier-uniform like
-    # every other matrix (the Annotated Transformer); "normal" = N(0, d_model^-0.5), the
-    # paper's own code (tensor2tensor), so that embedding * sqrt(d_model) has unit scale
-    embed_init: str = "xavier"
-
-    def __post_init__(self) -> None:
-        for name in (
-            "src_vocab_size",
-            "tgt_vocab_size",
-            "d_model",
-            "num_heads",
-            "num_layers",
-            "d_ff",
-            "max_len",
-        ):
+    def _check_shared(self, sizes: tuple[str, ...], rates: tuple[str, ...]) -> None:
+        """The checks both model configs make: ``sizes`` are positive integers, dropout
+        ``rates`` lie in [0, 1), ``pad_id`` is an id of both vocabularies, and a shared embedding
+        has one vocabulary."""
+        for name in sizes:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        for name in ("d_key", "d_value"):
-            value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
-                raise ValueError(f"{name} must be a positive integer or None, got {value!r}")
-        if (self.d_key is None or self.d_value is None) and self.d_model % self.num_heads != 0:
-            raise ValueError(
-                f"d_model ({self.d_model}) must be divisible by num_heads ({self.num_heads}) "
-                "so that each head has d_k = d_model / num_heads dimensions (Sec. 3.2.2)"
-            )
-        for name in ("dropout", "attention_dropout", "ffn_dropout"):
+        for name in rates:
             value = getattr(self, name)
             if not 0.0 <= value < 1.0:
                 raise ValueError(f"{name} must be in [0, 1), got {value!r}")
@@ -105,6 +48,53 @@ class TransformerConfig(_ConfigMethods):
                 f"share_embeddings=True needs one shared vocabulary (Sec. 3.4), but "
                 f"src_vocab_size={self.src_vocab_size} != tgt_vocab_size={self.tgt_vocab_size}; "
                 "use equal sizes or share_embeddings=False"
+            )
+
+
+@dataclass(frozen=True)
+class TransformerConfig(_ConfigMethods):
+    """Sec. 3 / Table 3: hyperparameters of the encoder-decoder Transformer (base model defaults).
+
+    Build variants with the presets (``TransformerConfig.small(dropout=0.2)``) or
+    ``dataclasses.replace(config, ...)``; the object itself is immutable.
+    """
+
+    src_vocab_size: int = 37000  # Sec. 5.1: shared source-target BPE vocabulary, ~37000 (EN-DE)
+    tgt_vocab_size: int = 37000  # Sec. 5.1: the same shared vocabulary on the target side
+    d_model: int = 512  # Sec. 3.1: width of the embeddings and of every sub-layer output
+    num_heads: int = 8  # Sec. 3.2.2: h = 8 parallel attention heads
+    num_layers: int = 6  # Sec. 3.1: N = 6 identical layers, in the encoder and in the decoder each
+    d_ff: int = 2048  # Sec. 3.3: inner width of the position-wise feed-forward network
+    d_key: int | None = None  # Sec. 3.2.2: per-head query/key width d_k; None = d_model / h (Table 3 B)
+    d_value: int | None = None  # Sec. 3.2.2: per-head value width d_v; None = d_model / h
+    dropout: float = 0.1  # Sec. 5.4: P_drop on each sub-layer output and on embeddings + positions
+    attention_dropout: float = 0.0  # not in the paper (Sec. 5.4 has none); nn.Transformer has it
+    ffn_dropout: float = 0.0  # not in the paper: after the ReLU of Eq. (2) (Annotated Transformer)
+    max_len: int = 512  # Sec. 3.5: rows of the positional table = longest sequence (paper: none)
+    pad_id: int = 0  # id of the padding token in both vocabularies (masked out; the paper never
+    # mentions padding: batching sentences of different lengths needs it, chapter 4)
+    share_embeddings: bool = True  # Sec. 3.4: one embedding matrix for source and target
+    tie_output: bool = True  # Sec. 3.4: pre-softmax linear shares the target embedding matrix
+    norm_first: bool = False  # Sec. 3.1: post-norm LayerNorm(x + Sublayer(x)); True = pre-norm
+    learned_positions: bool = False  # Sec. 3.5 / Table 3 (E): sinusoids; True = learned positions
+    layer_norm_eps: float = 1e-5  # Sec. 3.1 (LayerNorm, Ba et al. 2016): epsilon, PyTorch's default
+    # Not in the paper: how the (shared) embedding matrix starts. "xavier" = Xavier-uniform like
+    # every other matrix (the Annotated Transformer); "normal" = N(0, d_model^-0.5), the
+    # paper's own code (tensor2tensor), so that embedding * sqrt(d_model) has unit scale
+    embed_init: str = "xavier"
+
+    def __post_init__(self) -> None:
+        self._check_shared(("src_vocab_size", "tgt_vocab_size", "d_model", "num_heads",
+                            "num_layers", "d_ff", "max_len"),
+                           ("dropout", "attention_dropout", "ffn_dropout"))
+        for name in ("d_key", "d_value"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
+                raise ValueError(f"{name} must be a positive integer or None, got {value!r}")
+        if (self.d_key is None or self.d_value is None) and self.d_model % self.num_heads != 0:
+            raise ValueError(
+                f"d_model ({self.d_model}) must be divisible by num_heads ({self.num_heads}) "
+                "so that each head has d_k = d_model / num_heads dimensions (Sec. 3.2.2)"
             )
         if self.embed_init not in ("xavier", "normal"):
             raise ValueError(f"embed_init must be 'xavier' or 'normal', got {self.embed_init!r}")
@@ -155,7 +145,6 @@ class TransformerConfig(_ConfigMethods):
         return cls(**{**defaults, **overrides})
 
 
-
 @dataclass(frozen=True)
 class RecurrentConfig(_ConfigMethods):
     """Not in the paper: the recurrent translator it is measured against (Sec. 1, Table 2).
@@ -187,24 +176,13 @@ class RecurrentConfig(_ConfigMethods):
     kind: str = field(default="rnn", init=False)
 
     def __post_init__(self) -> None:
-        for name in ("src_vocab_size", "tgt_vocab_size", "d_model", "hidden_size", "num_layers",
-                     "max_len"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        self._check_shared(("src_vocab_size", "tgt_vocab_size", "d_model", "hidden_size",
+                            "num_layers", "max_len"), ("dropout",))
         if self.hidden_size % 2:
             raise ValueError(f"hidden_size must be even (each encoder direction has half), got "
                              f"{self.hidden_size}")
         if self.attention not in ("additive", "general"):
             raise ValueError(f"attention must be 'additive' or 'general', got {self.attention!r}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {self.dropout!r}")
-        if not 0 <= self.pad_id < min(self.src_vocab_size, self.tgt_vocab_size):
-            raise ValueError(f"pad_id ({self.pad_id}) must be a valid id in both vocabularies")
-        if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
-            raise ValueError(f"share_embeddings=True needs one shared vocabulary, but "
-                             f"src_vocab_size={self.src_vocab_size} != tgt_vocab_size="
-                             f"{self.tgt_vocab_size}; use equal sizes or share_embeddings=False")
 
     @classmethod
     def cpu(cls, **overrides) -> RecurrentConfig:
@@ -383,11 +361,9 @@ class TrainConfig:
     @classmethod
     def cpu_rnn(cls, **overrides) -> TrainConfig:
         """Not in the paper: :meth:`cpu` with the learning rate chosen for the recurrent
-        translator (``RecurrentConfig.cpu()``, dropout 0.2) on the validation set, 1.8 times
-        Eq. (3) (a nominal peak of 8.0e-3 for d_model 256) instead of 0.45 times: the best of
-        the rates 0.225 to 3.6 times in 300-s screening runs (``benchmarks/rnn_vs_transformer.py
-        screen``, chapter 9). Everything else is the Transformer's cpu recipe, 1,500-token
-        batches included."""
+        translator (``RecurrentConfig.cpu()``) on the validation set (chapter 9): 1.8 times
+        Eq. (3), a nominal peak of 8.0e-3 for d_model 256, instead of 0.45 times. Everything
+        else is the Transformer's cpu recipe."""
         return cls.cpu(**{"lr_factor": 1.8, **overrides})
 
 

@@ -34,7 +34,7 @@ import numpy as np
 
 from transformer_book.batching import BatchedCorpus
 from transformer_book.data import CorpusError, ParallelCorpus
-from transformer_book.files import NotUTF8Error, atomic_write, utf8_lines
+from transformer_book.files import NotUTF8Error, utf8_lines
 from transformer_book.hf_dataset import PairStream, hf_translation_pairs  # noqa: F401 (re-exported)
 from transformer_book.tokenizer import SubwordTokenizer, load_or_train_tokenizer
 
@@ -114,14 +114,11 @@ class TokenIds(Sequence):
     and a 28-byte int object for every id above 256); this costs the id's own 2 bytes (uint16,
     see :func:`id_dtype`) plus 8 bytes of offset per *sentence*. ``ids[i]`` gives sentence ``i``
     as a list of ints, so code written for lists of lists (:func:`~transformer_book.batching.
-    collate`) reads it unchanged. :meth:`save` / :meth:`load` keep it in two ``.npy`` files that
-    load memory-mapped, so a corpus larger than memory is paged in from disk as batches need it.
+    collate`) reads it unchanged.
     """
 
     def __init__(self, flat: np.ndarray, offsets: np.ndarray):
-        # (np.asarray would turn a memory map from load() into a plain view of it)
-        flat = flat if isinstance(flat, np.ndarray) else np.asarray(flat)
-        offsets = offsets if isinstance(offsets, np.ndarray) else np.asarray(offsets)
+        flat, offsets = np.asarray(flat), np.asarray(offsets)
         if flat.ndim != 1 or offsets.ndim != 1 or len(offsets) == 0 or offsets[0] != 0 \
                 or offsets[-1] != len(flat) or (len(offsets) > 1 and np.any(np.diff(offsets) < 0)):
             raise ValueError("offsets must rise from 0 to len(flat), both one-dimensional")
@@ -151,21 +148,6 @@ class TokenIds(Sequence):
 
     def __repr__(self) -> str:
         return f"TokenIds({len(self):,} sentences, {len(self.flat):,} ids, {self.flat.dtype})"
-
-    def save(self, folder: str | os.PathLike) -> None:
-        """Write ``ids.npy`` and ``offsets.npy`` into ``folder``, each atomically
-        (:func:`~transformer_book.files.atomic_write`)."""
-        for name, array in (("ids", self.flat), ("offsets", self.offsets)):
-            with atomic_write(Path(folder) / f"{name}.npy") as f:
-                np.save(f, array)
-
-    @classmethod
-    def load(cls, folder: str | os.PathLike, mmap: bool = True) -> TokenIds:
-        """Read what :meth:`save` wrote; ``mmap=True`` maps the ids from disk instead of reading."""
-        folder = Path(folder)
-        mode = "r" if mmap else None
-        return cls(np.load(folder / "ids.npy", mmap_mode=mode),
-                   np.load(folder / "offsets.npy", mmap_mode=mode))
 
 
 class _Growing:

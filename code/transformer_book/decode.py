@@ -112,9 +112,8 @@ def greedy_decode(
         with torch.no_grad():
             memory, src_mask = model.encode(src)  # (B, S, D), (B, 1, 1, S)
             B = src.shape[0]
-            limits = torch.tensor(
-                _length_limits(model, src, max_new_tokens), device=src.device
-            )  # (B,)
+            limits = torch.tensor(_length_limits(model, src, max_new_tokens),
+                                  device=src.device)  # (B,)
             tokens = torch.full((B, 1), bos_id, dtype=torch.long, device=src.device)  # (B, 1)
             finished = torch.zeros(B, dtype=torch.bool, device=src.device)  # (B,)
             cache = model.new_cache() if use_cache else None
@@ -186,23 +185,14 @@ def beam_search(
     model.eval()
     try:
         with torch.no_grad():
-            return _beam_search(
-                model, src, bos_id, eos_id, beam_size, length_penalty, max_new_tokens, use_cache
-            )
+            return _beam_search(model, src, bos_id, eos_id, beam_size, length_penalty,
+                                max_new_tokens, use_cache)
     finally:
         model.train(was_training)
 
 
-def _beam_search(
-    model: EncoderDecoder,
-    src: Tensor,
-    bos_id: int,
-    eos_id: int,
-    K: int,
-    alpha: float,
-    max_new_tokens: int | None,
-    use_cache: bool,
-) -> list[list[int]]:
+def _beam_search(model: EncoderDecoder, src: Tensor, bos_id: int, eos_id: int, K: int,
+                 alpha: float, max_new_tokens: int | None, use_cache: bool) -> list[list[int]]:
     device = src.device
     B = src.shape[0]
     V = model.config.tgt_vocab_size
@@ -213,9 +203,7 @@ def _beam_search(
     tokens = torch.full((B * K, 1), bos_id, dtype=torch.long, device=device)  # (B*K, 1)
     scores = torch.zeros(B, K, device=device)  # (B, K): log-probability of each beam
     scores[:, 1:] = float("-inf")  # at first all beams are the same BOS: keep only one live
-    finished: list[list[tuple[float, list[int]]]] = [
-        [] for _ in range(B)
-    ]  # (normalised score, ids)
+    finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(B)]  # (score, ids)
     done = [False] * B
     cache = model.new_cache() if use_cache else None
 
@@ -227,11 +215,8 @@ def _beam_search(
         total = (scores.view(B * K, 1) + log_probs).view(B, K * V)  # (B, K*V): every extension
         # 2K candidates: even if K of them end with EOS, K live ones remain.
         top_scores, top_index = total.topk(min(2 * K, K * V), dim=1)  # (B, 2K)
-        top_scores, top_beam, top_token = (
-            top_scores.tolist(),
-            (top_index // V).tolist(),
-            (top_index % V).tolist(),
-        )
+        top_beam, top_token = (top_index // V).tolist(), (top_index % V).tolist()
+        top_scores = top_scores.tolist()
 
         rows, next_tokens, next_scores = [], [], []  # the K beams kept for each sentence
         for b in range(B):
@@ -241,13 +226,10 @@ def _beam_search(
                 next_scores += [float("-inf")] * K
                 continue
             live = []
-            for rank, (s, beam, tok) in enumerate(
-                zip(top_scores[b], top_beam[b], top_token[b], strict=True)
-            ):
+            candidates = zip(top_scores[b], top_beam[b], top_token[b], strict=True)
+            for rank, (s, beam, tok) in enumerate(candidates):
                 if tok == eos_id:
-                    if rank < K and s > float(
-                        "-inf"
-                    ):  # an EOS among the top K candidates ends a hypothesis
+                    if rank < K and s > float("-inf"):  # an EOS in the top K ends a hypothesis
                         ids = tokens[b * K + beam].tolist() + [eos_id]
                         finished[b].append((s / length_penalty_gnmt(length, alpha), ids))
                 elif len(live) < K:
@@ -268,9 +250,8 @@ def _beam_search(
         if all(done):
             break
         index = torch.tensor(rows, device=device)  # (B*K,): the row each kept beam extends
-        tokens = torch.cat(
-            [tokens[index], torch.tensor(next_tokens, device=device)[:, None]], dim=1
-        )  # (B*K, t+1)
+        new = torch.tensor(next_tokens, device=device)[:, None]  # (B*K, 1)
+        tokens = torch.cat([tokens[index], new], dim=1)  # (B*K, t+1)
         scores = torch.tensor(next_scores, device=device).view(B, K)  # (B, K)
         if cache is not None:
             cache.reorder(index)

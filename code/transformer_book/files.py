@@ -1,7 +1,7 @@
 """Files the package writes and reads: atomic writes, and UTF-8 text read line by line (not in
 the paper: the plumbing under checkpoints, tokenizer caches and corpora).
 
-- :func:`atomic_write`: checkpoints, cached tokenizers and saved token ids are written to a
+- :func:`atomic_write`: checkpoints, cached tokenizers and JSON records are written to a
   temporary file in the same folder, synced to disk, then moved over the target with
   ``os.replace``. A crash or a full disk mid-write leaves the previous file intact, never a
   truncated one, and no temporary file behind.

@@ -140,8 +140,6 @@ def hf_translation_pairs(dataset: str, config: str | None = None, *, split: str 
     (read memory-mapped with ``datasets.load_from_disk``), or one of data files that
     ``load_dataset`` understands (e.g. ``train.jsonl``, ``validation.jsonl``).
 
-    Needs the optional ``datasets`` package (``pip install 'transformer-book[hf]'``).
-
     Args:
         dataset, config: as ``datasets.load_dataset`` takes them, e.g. ``"wmt14"``, ``"de-en"``.
         split: e.g. ``"train"``, ``"validation"``.

@@ -130,20 +130,12 @@ class ElmanRNN(nn.Module):
     def forward(
         self, x: torch.Tensor, h0: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Run the network over the whole sequence: hidden states, then outputs ``o_t = h_t V``.
-
-        Args:
-            x: input sequence.
-            h0: initial hidden state; zeros when ``None``.
+        """Run the network over the whole sequence: hidden states (:meth:`hidden_states`, the
+        same arguments), then outputs ``o_t = h_t V``.
 
         Returns:
-            ``(o, h)``: the outputs ``o_t`` and the hidden states ``h_t`` for every step.
-
-        Shape:
-            - x: ``(B, L, input_size)``
-            - h0: ``(B, hidden_size)``
-            - o: ``(B, L, output_size)``
-            - h: ``(B, L, hidden_size)``
+            ``(o, h)``: the outputs ``o_t``, shape ``(B, L, output_size)``, and the hidden states
+            ``h_t``, shape ``(B, L, hidden_size)``, for every step.
         """
         hs = self.hidden_states(x, h0)  # (B, L, hidden)
         return hs @ self.V, hs  # (B, L, output), (B, L, hidden)
