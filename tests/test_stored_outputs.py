@@ -1,7 +1,7 @@
 """Chapter 8's stored attention charts against the run record the chapter's text is checked on.
 
 The "What to look for" figures are measured by a cell of the chapter (``attention_facts``) on the
-maps kept in the cpu configuration's record, benchmarks/results/cpu-2026-11-24/chapter8_cpu_run.json.
+maps kept in the cpu configuration's record, benchmarks/results/cpu-2026-11-27/chapter8_cpu_run.json.
 These tests close the loop without a model: the three charts stored in the notebook (read from the
 altair/vega-lite specs embedded in the cells' text/html outputs) show the same sentence and the same
 weights as that record, and the text states the figures the cell asserts. If the stored outputs or
@@ -20,7 +20,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "chapters" / "08_training.ipynb"
-RECORD = ROOT / "benchmarks" / "results" / "cpu-2026-11-24" / "chapter8_cpu_run.json"
+RECORD = ROOT / "benchmarks" / "results" / "cpu-2026-11-27" / "chapter8_cpu_run.json"
 TITLES = {"decoder_cross": "Encoder-decoder", "encoder": "Encoder self", "decoder_self": "Decoder self"}
 
 
