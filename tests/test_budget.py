@@ -156,6 +156,29 @@ def test_time_budget_becomes_steps_once_and_the_rate_never_reads_the_clock(tmp_p
         _trainer(time_budget=0)
 
 
+def test_time_plan_skips_slow_first_steps():
+    """A GPU's first steps are slow (each new batch shape); the plan's pace must not be theirs."""
+    from transformer_book.distributed import Context
+    from transformer_book.schedule import PLAN_SHARE, TimePlan
+
+    def plan(budget, slow_steps, slow, fast):
+        p, t, step = TimePlan(budget), 0.0, 0
+        while p.waiting():
+            step += 1
+            t += slow if step <= slow_steps else fast
+            p.update(step, step, t, Context())
+        return p, step, t
+
+    # 10 steps of 2 s, then 0.5 s a step: 600 s hold 10 + 580 / 0.5 = 1,170 steps
+    p, step, t = plan(600.0, 10, 2.0, 0.5)
+    assert p.pace == pytest.approx(0.5) and p.steps == 1170
+    assert t >= PLAN_SHARE * 600 and step > 20  # planned once a tenth of the budget had passed
+    # with no slow start, the plan is the budget over the pace, whatever the budget
+    for budget in (60.0, 270.0, 3000.0):
+        p, _, _ = plan(budget, 0, 0.0, 0.25)
+        assert p.steps == pytest.approx(budget / 0.25, abs=1)
+
+
 def test_embed_init_normal_gives_unit_scale_embeddings():
     d, V = 256, 8000
     xavier = Transformer(TransformerConfig.small(src_vocab_size=V, tgt_vocab_size=V))

@@ -98,9 +98,12 @@ def make_optimizer(
     return optimizer, scheduler
 
 
-#: A time budget is planned after this many steps of a ``fit`` call, from the pace of the steps
-#: after the first ``PACE_FROM`` (which pay for allocations, thread start-up, compilation).
-PLAN_AT, PACE_FROM = 20, 5
+#: A time budget is planned once, at the first step of a ``fit`` call by which at least
+#: ``PLAN_AT`` steps and ``PLAN_SHARE`` of the budget have passed, from the pace of the steps in
+#: the second half of that stretch: the first steps pay for allocations and thread start-up, and
+#: on a GPU for each batch shape met for the first time (many times the later pace; see
+#: benchmarks/README.md).
+PLAN_AT, PLAN_SHARE = 20, 0.1
 
 
 def steps_within(budget: float, step: int, elapsed: float, pace: float) -> int:
@@ -110,15 +113,15 @@ def steps_within(budget: float, step: int, elapsed: float, pace: float) -> int:
 
 
 class TimePlan:
-    """*Time budget*: the budget turned into a number of steps, once, after ``PLAN_AT`` steps of a
-    ``fit`` call, at the pace (seconds a step) of its steps since the ``PACE_FROM``-th (the
-    slowest rank's). A budget spent before then (a run of a few steps) ends the run where it is.
-    ``steps`` is None until planned (the linear schedule's progress is 0 until then); a
-    checkpoint keeps ``steps`` and ``pace``, and a resumed run with another budget replans from
-    that pace at once."""
+    """*Time budget*: the budget turned into a number of steps, once (see ``PLAN_SHARE``), at the
+    pace of the slowest rank. A budget spent before then (a run of a few steps) ends the run
+    where it is. ``steps`` is None until planned (the linear schedule's progress is 0 until
+    then); a checkpoint keeps ``steps`` and ``pace``, and a resumed run with another budget
+    replans from that pace at once."""
 
     def __init__(self, budget: float | None, steps: int | None = None, pace: float | None = None):
-        self.budget, self.steps, self.pace, self.mark = budget, steps, pace, 0.0
+        self.budget, self.steps, self.pace = budget, steps, pace
+        self.seen: list[tuple[int, float]] = []  # (step, seconds) of this call, until planned
 
     def waiting(self) -> bool:
         return self.budget is not None and self.steps is None
@@ -128,14 +131,18 @@ class TimePlan:
         training; ``dist``: the :class:`~transformer_book.distributed.Context`."""
         if not self.waiting():
             return
-        if steps_this_call == PACE_FROM:
-            self.mark = seconds
-        now, mark = dist.max(seconds, self.mark)  # alike on every rank
+        (now,) = dist.max(seconds)  # alike on every rank
+        self.seen.append((step, now))
+        start = self.seen[0][1]
         if now >= self.budget:
             self.steps = step
-        elif steps_this_call == PLAN_AT:
-            self.pace = (now - mark) / (PLAN_AT - PACE_FROM)
+        elif steps_this_call >= PLAN_AT and now - start >= PLAN_SHARE * self.budget:
+            # the first step of the window's second half (never the last step itself)
+            mid = next(i for i, (_, t) in enumerate(self.seen) if t >= (start + now) / 2)
+            k, t = self.seen[min(mid, len(self.seen) - 2)]
+            self.pace = (now - t) / (step - k)
             self.steps = steps_within(self.budget, step, now, self.pace)
+            self.seen = []
 
     def state(self) -> dict:
         return {"budget": self.budget, "steps": self.steps, "pace": self.pace}
