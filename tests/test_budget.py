@@ -156,27 +156,37 @@ def test_time_budget_becomes_steps_once_and_the_rate_never_reads_the_clock(tmp_p
         _trainer(time_budget=0)
 
 
-def test_time_plan_skips_slow_first_steps():
+def test_time_plan_waits_for_the_pace_to_settle():
     """A GPU's first steps are slow (each new batch shape); the plan's pace must not be theirs."""
     from transformer_book.distributed import Context
-    from transformer_book.schedule import PLAN_SHARE, TimePlan
+    from transformer_book.schedule import PLAN_LATEST, PLAN_SHARE, TimePlan
 
-    def plan(budget, slow_steps, slow, fast):
+    def plan(budget, seconds_of_step):
         p, t, step = TimePlan(budget), 0.0, 0
         while p.waiting():
             step += 1
-            t += slow if step <= slow_steps else fast
+            t += seconds_of_step(step, t)
             p.update(step, step, t, Context())
         return p, step, t
 
     # 10 steps of 2 s, then 0.5 s a step: 600 s hold 10 + 580 / 0.5 = 1,170 steps
-    p, step, t = plan(600.0, 10, 2.0, 0.5)
+    p, step, t = plan(600.0, lambda s, t: 2.0 if s <= 10 else 0.5)
     assert p.pace == pytest.approx(0.5) and p.steps == 1170
-    assert t >= PLAN_SHARE * 600 and step > 20  # planned once a tenth of the budget had passed
-    # with no slow start, the plan is the budget over the pace, whatever the budget
+    assert t >= PLAN_SHARE * 600 and step > 20  # not before a tenth of the budget
+    # a start that speeds up for 20 s, as chapter 8's full configuration did on an H200 (13
+    # steps in the first 10 s, 80 in the next 10, then 0.031 s a step): planned after it
+    p, step, t = plan(180.0, lambda s, t: 0.77 if s <= 13 else 0.125 if s <= 93 else 0.031)
+    assert p.pace == pytest.approx(0.031) and 20 < t < 90
+    assert p.steps == pytest.approx(93 + (180 - 13 * 0.77 - 80 * 0.125) / 0.031, abs=2)
+    # no slow start: the budget over the pace, whatever the budget
     for budget in (60.0, 270.0, 3000.0):
-        p, _, _ = plan(budget, 0, 0.0, 0.25)
+        p, _, _ = plan(budget, lambda s, t: 0.25)
         assert p.steps == pytest.approx(budget / 0.25, abs=1)
+    # a pace that never settles (0.7 times the seconds a step every 5 s) is planned at half
+    # the budget, at the pace of its last 5 s
+    p, step, t = plan(100.0, lambda s, t: 0.1 * 0.7 ** (t // 5))
+    assert PLAN_LATEST * 100 <= t < PLAN_LATEST * 100 + 0.3
+    assert p.pace == pytest.approx(0.1 * 0.7**9, rel=0.05)
 
 
 def test_embed_init_normal_gives_unit_scale_embeddings():

@@ -10,6 +10,8 @@ once, so that the rate stays a function of the step.
 
 from __future__ import annotations
 
+import bisect
+
 import torch
 from torch import nn
 
@@ -98,12 +100,14 @@ def make_optimizer(
     return optimizer, scheduler
 
 
-#: A time budget is planned once, at the first step of a ``fit`` call by which at least
-#: ``PLAN_AT`` steps and ``PLAN_SHARE`` of the budget have passed, from the pace of the steps in
-#: the second half of that stretch: the first steps pay for allocations and thread start-up, and
-#: on a GPU for each batch shape met for the first time (many times the later pace; see
-#: benchmarks/README.md).
-PLAN_AT, PLAN_SHARE = 20, 0.1
+#: A time budget is planned once the pace has settled: at the first step of a ``fit`` call (after
+#: at least ``PLAN_AT`` steps and ``PLAN_SHARE`` of the budget) at which the steps of the last
+#: ``PLAN_SHARE / 2`` of the budget ran at least ``SETTLED`` times as fast (seconds a step) as
+#: the ones of the half-window before them, or at ``PLAN_LATEST`` of the budget at the latest. The
+#: first steps pay for allocations and thread start-up, and on a GPU for each batch shape met for
+#: the first time: there they can take many times the later pace for the first 20-odd seconds
+#: (benchmarks/README.md).
+PLAN_AT, PLAN_SHARE, SETTLED, PLAN_LATEST = 20, 0.1, 0.8, 0.5
 
 
 def steps_within(budget: float, step: int, elapsed: float, pace: float) -> int:
@@ -113,18 +117,29 @@ def steps_within(budget: float, step: int, elapsed: float, pace: float) -> int:
 
 
 class TimePlan:
-    """*Time budget*: the budget turned into a number of steps, once (see ``PLAN_SHARE``), at the
-    pace of the slowest rank. A budget spent before then (a run of a few steps) ends the run
-    where it is. ``steps`` is None until planned (the linear schedule's progress is 0 until
-    then); a checkpoint keeps ``steps`` and ``pace``, and a resumed run with another budget
-    replans from that pace at once."""
+    """*Time budget*: the budget turned into a number of steps, once the pace has settled (see
+    ``PLAN_SHARE``), at the pace of the slowest rank. A budget spent before then (a run of a few
+    steps) ends the run where it is. ``steps`` is None until planned (the linear schedule's
+    progress is 0 until then); a checkpoint keeps ``steps`` and ``pace``, and a resumed run with
+    another budget replans from that pace at once."""
 
     def __init__(self, budget: float | None, steps: int | None = None, pace: float | None = None):
         self.budget, self.steps, self.pace = budget, steps, pace
-        self.seen: list[tuple[int, float]] = []  # (step, seconds) of this call, until planned
+        self.steps_seen: list[int] = []  # the steps of this fit call until planned,
+        self.times: list[float] = []  # and the seconds of training after each
 
     def waiting(self) -> bool:
         return self.budget is not None and self.steps is None
+
+    def _pace(self, since: float, until: float) -> float | None:
+        """Seconds a step between the first step done at ``since`` or later and the last one
+        done by ``until`` (None if that is not two steps)."""
+        first = bisect.bisect_left(self.times, since)
+        last = bisect.bisect_right(self.times, until) - 1
+        if last <= first:
+            return None
+        steps = self.steps_seen[last] - self.steps_seen[first]
+        return (self.times[last] - self.times[first]) / steps
 
     def update(self, step: int, steps_this_call: int, seconds: float, dist) -> None:
         """After ``step`` (the ``steps_this_call``-th of a ``fit`` call), ``seconds`` of
@@ -132,17 +147,22 @@ class TimePlan:
         if not self.waiting():
             return
         (now,) = dist.max(seconds)  # alike on every rank
-        self.seen.append((step, now))
-        start = self.seen[0][1]
+        self.steps_seen.append(step)
+        self.times.append(now)
+        start, half = self.times[0], PLAN_SHARE * self.budget / 2
         if now >= self.budget:
             self.steps = step
-        elif steps_this_call >= PLAN_AT and now - start >= PLAN_SHARE * self.budget:
-            # the first step of the window's second half (never the last step itself)
-            mid = next(i for i, (_, t) in enumerate(self.seen) if t >= (start + now) / 2)
-            k, t = self.seen[min(mid, len(self.seen) - 2)]
-            self.pace = (now - t) / (step - k)
+        elif steps_this_call >= PLAN_AT and now - start >= 2 * half:
+            recent, before = self._pace(now - half, now), self._pace(now - 2 * half, now - half)
+            late = now - start >= PLAN_LATEST * self.budget
+            if recent and (late or (before and recent >= SETTLED * before)):
+                self.pace = recent
+            elif late:  # steps longer than the half-window: the pace of all of them
+                self.pace = (now - start) / (step - self.steps_seen[0])
+            else:
+                return
             self.steps = steps_within(self.budget, step, now, self.pace)
-            self.seen = []
+            self.steps_seen, self.times = [], []
 
     def state(self) -> dict:
         return {"budget": self.budget, "steps": self.steps, "pace": self.pace}
