@@ -186,12 +186,13 @@ class TimedRun(Trainer):
         bleu = self.score(self.model)
         seconds, passes = self.clock.read(), self.epoch + self.batch_in_epoch / max(
             1, self.train_data.num_batches(self.epoch))
-        loss = sum(losses) / len(losses) if losses else float("nan")
+        loss = round(sum(losses) / len(losses), 3) if losses else None  # none read yet
         self.evaluations.append({"train_seconds": round(seconds, 1), "step": self.step,
-                                 "epoch": round(passes, 2), "train_loss": round(loss, 3),
+                                 "epoch": round(passes, 2), "train_loss": loss,
                                  "val_bleu_greedy": round(bleu, 2)})
-        print(f"[{self.name}] {seconds:6.0f} s  step {self.step:5}  train loss {loss:.3f}  "
-              f"val BLEU (greedy) {bleu:5.2f}", flush=True)
+        print(f"[{self.name}] {seconds:6.0f} s  step {self.step:5}  train loss "
+              f"{'  -  ' if loss is None else f'{loss:.3f}'}  val BLEU (greedy) {bleu:5.2f}",
+              flush=True)
         self.reached = bleu >= self.target
         self.stop_requested = self.stop_requested or self.reached
 
