@@ -1,4 +1,5 @@
-"""Draw the paper's Figures 1 and 2 (transformer_book.diagrams) into chapters/images/*.svg.
+"""Draw the paper's Figures 1 and 2 (tools/diagrams.py) into chapters/images/*.svg: Figure 1
+with the package's names and with chapter 7's, Figure 2 with the package's.
 
 Usage: python tools/draw_figures.py [--check]
 With --check nothing is written; exit 1 if a committed file differs from what the code draws.
@@ -15,7 +16,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-from transformer_book.diagrams import FIGURES  # noqa: E402
+from diagrams import FIGURES  # noqa: E402
 
 OUT = Path(__file__).resolve().parent.parent / "chapters" / "images"
 
@@ -51,7 +52,7 @@ def main(argv: list[str]) -> int:
             path.write_bytes(data)
             print(f"wrote {path} ({len(data):,} bytes)")
     for path in stale:
-        print(f"{path} differs from what transformer_book.diagrams draws: run tools/draw_figures.py")
+        print(f"{path} differs from what tools/diagrams.py draws: run tools/draw_figures.py")
     return 1 if stale else 0
 
 

@@ -1,6 +1,5 @@
-"""transformer_book: the shared package behind "Attention Is All You Need, built and trained
-cell by cell". Each module holds one concept of the paper; chapters build each piece in the open,
-check it against the version here, and import it from here afterwards.
+"""transformer_book: the package behind "Attention Is All You Need, built and trained cell by
+cell", one module per concept of the paper; chapters build each piece, then import it from here.
 
 The model (Sec. 3): ``config`` (TransformerConfig, Table 3), ``masks``, ``attention`` (Eq. 1,
 Sec. 3.2), ``layers`` (Sec. 3.1, 3.3), ``positional`` (Sec. 3.5), ``model`` (Sec. 3.4),
@@ -16,9 +15,9 @@ with a time budget turned into steps), ``distributed`` (several processes), ``ch
 (checkpoint files, weight averaging, Sec. 6.1), ``runlog`` (metrics.jsonl). ``evaluation``
 translates and scores BLEU (Sec. 6.1); ``cli`` is ``python -m transformer_book``.
 
-Around them: ``files`` (atomic writes, UTF-8 lines), ``utils``, ``plotting``, ``diagrams``,
-``cost`` (what the Transformer costs, counted), ``rnn`` (chapter 1's baselines), ``recurrent``
-(the recurrent translator the paper measures against, with the same interface). The measuring
+Around them: ``files`` (atomic writes, UTF-8 lines), ``utils``, ``plotting``, ``cost`` (what the
+Transformer costs, counted), ``rnn`` (chapter 1's baselines), ``recurrent`` (the recurrent
+translator the paper measures against, with the same interface). The measuring
 lab of chapters 9-11 and the scripts in ``benchmarks/`` (timings, memory, throughput ladders) is
 a second package installed beside this one, ``transformer_lab``.
 """

@@ -1,19 +1,10 @@
-"""Sec. 3.2: scaled dot-product attention (Eq. 1) and multi-head attention.
+"""Sec. 3.2: scaled dot-product attention (Eq. 1) and multi-head attention (chapters 2 and 3).
 
-Two paths compute the same thing:
-
-* :func:`scaled_dot_product_attention` is written from the formula and returns the attention
-  weights; it is what the chapters teach and what visualisations use.
-* ``torch.nn.functional.scaled_dot_product_attention`` (fused kernels, no weights) is the fast
-  path :class:`MultiHeadAttention` takes when ``need_weights=False``.
-
-Mask convention: boolean, ``True`` = may attend, broadcastable to (B, H, L, S) (see
-:mod:`transformer_book.masks`).
-
-Fully masked rows: a query whose keys are *all* masked has nothing to attend to. Softmax over a
-row of equal very negative scores would give uniform weights (a silent average of the values),
-and ``-inf`` would give NaN. Both paths here instead return **zero weights and a zero output**
-for such a row, and no NaN in the gradients either.
+Two paths compute the same thing: :func:`scaled_dot_product_attention`, from the formula, returns
+the weights; :func:`fast_scaled_dot_product_attention` (PyTorch's fused SDPA) does not.
+Masks are boolean, ``True`` = may attend, broadcastable to (B, H, L, S)
+(:mod:`transformer_book.masks`). A query whose keys are all masked gets zero weights and a zero
+output on both paths (not a uniform average, not NaN), and no NaN in the gradients.
 """
 
 from __future__ import annotations
@@ -29,7 +20,7 @@ from transformer_book.masks import check_mask_shape
 
 
 def _check_qkv(q: Tensor, k: Tensor, v: Tensor) -> tuple[int, ...]:
-    """Validate q, k, v of shapes (..., L, Dk), (..., S, Dk), (..., S, Dv); return the score shape."""
+    """Validate q (..., L, Dk), k (..., S, Dk), v (..., S, Dv); return the scores' shape."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
@@ -70,17 +61,12 @@ def scaled_dot_product_attention(
 ) -> tuple[Tensor, Tensor]:
     """Eq. (1), Sec. 3.2.1: Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V, from scratch.
 
-    Masked scores are filled with ``torch.finfo(dtype).min`` (not ``-1e9``, which overflows in
-    float16, nor ``-inf``, which gives NaN on fully masked rows); the softmax runs in float32 (in
-    float64 for float64 inputs) and is cast back to the input dtype. A fully masked row yields
-    zero weights and a zero output.
+    Masked scores become ``torch.finfo(dtype).min`` (``-1e9`` overflows in float16, ``-inf``
+    gives NaN); the softmax runs in at least float32 and is cast back to the input dtype.
 
     Args:
-        q: queries.
-        k: keys.
-        v: values.
-        attn_mask: optional boolean mask, ``True`` = may attend (the meaning
-            ``torch.nn.functional.scaled_dot_product_attention`` uses).
+        q, k, v: queries, keys, values.
+        attn_mask: optional boolean mask, ``True`` = may attend (as in PyTorch's SDPA).
         dropout_p: dropout on the attention weights; applied whenever > 0 (as in PyTorch's SDPA),
             so pass 0.0 at evaluation time.
         scale: factor on the scores, default ``1 / sqrt(Dk)``; ``scale=1.0`` removes the scaling.
@@ -148,16 +134,10 @@ def fast_scaled_dot_product_attention(
 
 @dataclass
 class KVCache:
-    """Keys and values one attention layer has already projected, for incremental decoding.
-
-    Sec. 3.2.3 (decoder): at step t the decoder's self-attention needs the keys and values of
-    positions 0..t, and all but the newest were computed at earlier steps. The cache keeps them
-    (already split into heads) so each step projects only its new positions. For encoder-decoder
-    attention (``static=True``) the keys and values come from the encoder memory and are
-    computed once, on the first call.
-
-    The cache is explicit state owned by the caller (the model's decoding loop), never by the
-    module; :class:`MultiHeadAttention` reads and extends it when it is passed in.
+    """Keys and values one attention layer has already projected (split into heads), so that
+    each step of incremental decoding projects only its new positions. ``static=True``
+    (encoder-decoder attention): computed from the encoder memory once, on the first call.
+    Owned by the caller's decoding loop; :class:`MultiHeadAttention` reads and extends it.
     """
 
     key: Tensor | None = None  # (B, H, S, Dk): keys seen so far, or None before the first step
@@ -179,20 +159,17 @@ class MultiHeadAttention(nn.Module):
     """Sec. 3.2.2: MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O,
     head_i = Attention(Q W^Q_i, K W^K_i, V W^V_i).
 
-    The h per-head projections W^Q_i (d_model x d_k) are stored side by side as one
-    ``nn.Linear(d_model, h * d_k)`` per role (``q_proj``, ``k_proj``; ``v_proj`` has h * d_v
-    outputs), split into heads by a reshape; ``out_proj`` is W^O (h * d_v -> d_model). The paper
-    sets d_k = d_v = d_model / h (the default), so the cost is that of one full-size head
-    (Sec. 3.2.2); its Table 3 rows (B) change d_k alone, which ``d_k=`` allows.
+    The heads' projections sit side by side in one ``nn.Linear`` per role (``q_proj``,
+    ``k_proj``: d_model -> h * d_k; ``v_proj``: h * d_v), split into heads by a reshape;
+    ``out_proj`` is W^O. Default d_k = d_v = d_model / h, as in the paper.
 
     Args:
         d_model: model width D (512 in the paper).
         num_heads: number of heads h (8 in the paper); must divide ``d_model`` unless both ``d_k``
             and ``d_v`` are given.
-        dropout: dropout on the attention weights during training (not in the paper, which
-            uses residual and embedding dropout only, Sec. 5.4; ``nn.MultiheadAttention`` has it).
+        dropout: dropout on the attention weights during training (not in the paper, Sec. 5.4).
         bias: whether the four projections have biases.
-        d_k: per-head width of queries and keys; default d_model / h (then h must divide d_model).
+        d_k: per-head width of queries and keys (Table 3 (B) varies it); default d_model / h.
         d_v: per-head width of values; default d_model / h.
     """
 
@@ -244,9 +221,8 @@ class MultiHeadAttention(nn.Module):
         return x.view(B, length, self.num_heads, -1).transpose(1, 2)  # (B, H, L or S, Dk or Dv)
 
     def _project(self, x: Tensor, *projections: nn.Linear) -> tuple[Tensor, ...]:
-        """``x`` through several projections at once: one matrix product with their weights
-        stacked (what nn.MultiheadAttention's in_proj does), the same maths as one product each,
-        fewer and larger kernels. Returns each result split into heads, (B, H, L or S, Dk)."""
+        """``x`` through several projections as one matrix product, their weights stacked (as
+        nn.MultiheadAttention's in_proj): each result split into heads, (B, H, L or S, Dk)."""
         weight = torch.cat([p.weight for p in projections])  # (sum of out_features, D)
         bias = None if projections[0].bias is None else torch.cat([p.bias for p in projections])
         out = F.linear(x, weight, bias)  # (B, L or S, sum of out_features)
@@ -262,10 +238,8 @@ class MultiHeadAttention(nn.Module):
         need_weights: bool = False,
         kv_cache: KVCache | None = None,
     ) -> tuple[Tensor, Tensor | None]:
-        """Sec. 3.2.2: attend from ``query`` to ``key``/``value`` with h heads.
-
-        Self-attention passes the same tensor three times; encoder-decoder attention passes the
-        decoder state as ``query`` and the encoder output as ``key`` and ``value`` (Sec. 3.2.3).
+        """Sec. 3.2.2: attend from ``query`` to ``key``/``value`` with h heads (self-attention:
+        one tensor three times; encoder-decoder attention: key = value = the encoder output).
 
         Args:
             query: the sequence that asks.
@@ -276,17 +250,15 @@ class MultiHeadAttention(nn.Module):
                 (B, H, L, S), where S counts cached keys too.
             need_weights: also return the attention weights. Then the from-scratch path runs;
                 otherwise PyTorch's fused SDPA (the results agree).
-            kv_cache: optional :class:`KVCache` for incremental decoding. Not static: the new
-                keys/values (of ``key``/``value``) are appended to the cached ones and attention
-                runs over all of them; the cache is updated in place. Static: filled from
+            kv_cache: optional :class:`KVCache`, updated in place. Not static: the new keys and
+                values are appended and attention runs over all of them. Static: filled from
                 ``key``/``value`` on the first call, reused as is afterwards.
 
         Returns:
             ``(output, weights)``; ``weights`` is None unless ``need_weights``.
 
         Shape:
-            query (B, L, D), key and value (B, S, D) -> output (B, L, D),
-            weights (B, H, L, S).
+            query (B, L, D), key and value (B, S, D) -> output (B, L, D), weights (B, H, L, S).
         """
         self._check_input("query", query, None)
         B, L, _ = query.shape

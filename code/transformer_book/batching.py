@@ -1,32 +1,15 @@
-"""Batches by token budget, sentences grouped by length (Sec. 5.1 of the paper).
+"""Batches by token budget, sentences grouped by length (Sec. 5.1, chapter 8).
 
-"Sentence pairs were batched together by approximate sequence length. Each training batch
-contained a set of sentence pairs containing approximately 25000 source tokens and 25000 target
-tokens." A fixed number of *sentences* per batch would waste compute on padding and give batches
-of very different sizes in tokens; a fixed *token budget* with sentences of similar length keeps
-both the padding and the work per step nearly constant.
-
-Here the budget counts padded positions: a batch of ``B`` pairs whose longest source (with
-``<eos>``) has ``S`` tokens and longest target (with ``<bos>``/``<eos>`` shift) ``T`` tokens
-costs ``B * max(S, T)``, which bounds the memory of both encoder and decoder.
-
-Layout of one pair, with ``x`` the source ids and ``y`` the target ids::
+A batch of ``B`` pairs costs ``B * max(S, T)`` padded positions (:func:`batch_cost`), which
+bounds the memory of encoder and decoder. One pair, ``x`` the source ids, ``y`` the target ids::
 
     src     = x + [<eos>]          (B, S)  padded with <pad>
     tgt_in  = [<bos>] + y          (B, T)  what the decoder reads (shifted right, Sec. 3.1)
     tgt_out = y + [<eos>]          (B, T)  what it must predict at each position
 
-For fast training (chapter 11) three options keep the GPU busy; none changes the default
-batches:
-
-- ``BatchedCorpus(..., widths=(16, 32, 64))`` pads every batch to one of a few fixed shapes
-  (``B = max_tokens // W`` rows, source and target both ``W`` wide, extra rows all padding), so
-  a compiled step meets a handful of shapes instead of one per batch, and CUDA graphs can
-  replay them;
-- :func:`check_token_ids` validates the ids of a batch on the host, before the transfer, so the
-  model need not read them back from the GPU (``Transformer.check_token_ids = False``);
-- :func:`to_device_ahead` pins batches in page-locked memory and starts their copy to the GPU
-  (``non_blocking``) a few steps before they are needed.
+For fast training (chapter 11), none changing the default batches: fixed-shape batches
+(``BatchedCorpus(widths=...)``), ids checked on the host (:func:`check_token_ids`), copies to
+the GPU started ahead (:func:`to_device_ahead`).
 """
 
 from __future__ import annotations
@@ -41,14 +24,8 @@ import torch
 
 @dataclass
 class Batch:
-    """One padded batch of sentence pairs.
-
-    Attributes:
-        src: source ids ending in ``<eos>``, padded with ``pad_id``. Shape (B, S).
-        tgt_in: ``<bos>`` + target ids, the decoder input. Shape (B, T).
-        tgt_out: target ids + ``<eos>``, the labels. Shape (B, T).
-        pad_id: the padding id used.
-    """
+    """One batch of sentence pairs, padded with ``pad_id``: ``src`` (B, S), ``tgt_in`` and
+    ``tgt_out`` (B, T), laid out as the module docstring shows."""
 
     src: torch.Tensor
     tgt_in: torch.Tensor
@@ -68,22 +45,14 @@ class Batch:
                      self.tgt_out.to(device, non_blocking=non_blocking), self.pad_id)
 
     def pin_memory(self) -> Batch:
-        """The same batch in page-locked host memory, which the GPU can copy from while the
-        host goes on (needs CUDA)."""
+        """The same batch in page-locked host memory, for asynchronous copies (needs CUDA)."""
         return Batch(self.src.pin_memory(), self.tgt_in.pin_memory(), self.tgt_out.pin_memory(),
                      self.pad_id)
 
 
 def check_token_ids(batch: Batch, src_vocab_size: int, tgt_vocab_size: int) -> None:
-    """Raise a clear error if a (host) batch holds an id outside its vocabulary.
-
-    The same check :class:`~transformer_book.model.Transformer` makes on every forward, done
-    once per batch while it is still in host memory: reading a GPU tensor's min and max would
-    make the host wait for the GPU.
-
-    Raises:
-        ValueError: an id < 0 or >= the vocabulary size.
-    """
+    """Raise ValueError if a batch holds an id outside its vocabulary: the model's own check,
+    done while the batch is in host memory (a GPU tensor's min and max make the host wait)."""
     for name, tokens, vocab in (("src", batch.src, src_vocab_size),
                                 ("tgt_in", batch.tgt_in, tgt_vocab_size),
                                 ("tgt_out", batch.tgt_out, tgt_vocab_size)):
@@ -95,15 +64,10 @@ def check_tokens(tokens: torch.Tensor, name: str, vocab_size: int, *, max_len: i
     """Raise a clear error unless ``tokens`` is what a model's forward takes: a 2-D integer
     tensor ``(B, length)``, not empty, reaching at most position ``max_len`` (counting the
     ``offset`` positions decoded before it) and, with ``check_ids``, every id inside
-    ``[0, vocab_size)``. The Transformer and the recurrent translator check their inputs with it.
-
-    ``check_ids=False`` (or inside ``torch.compile``) skips the ids' range: reading their min and
-    max waits for a GPU, and :func:`check_token_ids` checked them on the host already.
-    ``max_len_is`` says what ``max_len`` bounds, for the message.
-
-    Raises:
-        TypeError: not a tensor, or not integers.
-        ValueError: another shape, empty, too long, or an id outside the vocabulary.
+    ``[0, vocab_size)`` (the Transformer's and the recurrent translator's input check).
+    ``check_ids=False`` (or inside ``torch.compile``) skips the ids' range (checked on the host
+    by :func:`check_token_ids`). ``max_len_is`` says what ``max_len`` bounds, for the message.
+    Raises TypeError (not a tensor of integers) or ValueError (any other fault).
     """
     if not isinstance(tokens, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor of token ids, got {type(tokens).__name__}")
@@ -135,10 +99,8 @@ def to_device_ahead(batches: Iterable[Batch], device: torch.device | str,
                     ahead: int = 2) -> Iterator[tuple[Batch, Batch]]:
     """Yield ``(host batch, device batch)`` pairs, the copies started ``ahead`` batches early.
 
-    On CUDA each batch is pinned and copied with ``non_blocking=True``: the copy runs while the
-    GPU still works on earlier steps and the host prepares the next ones. Elsewhere the batches
-    are moved one by one as they come (on the CPU, ``to`` returns the same tensors). The host
-    batch is there to count tokens without reading anything back from the device.
+    On CUDA each batch is pinned and copied with ``non_blocking=True``, overlapping the GPU's
+    work; elsewhere each is moved as it comes. The host batch counts tokens without a GPU read.
     """
     device = torch.device(device)
     if device.type != "cuda":
@@ -156,13 +118,9 @@ def to_device_ahead(batches: Iterable[Batch], device: torch.device | str,
 
 def device_batches(batches: Iterable[Batch], device: torch.device | str, *, ahead: bool,
                    model=None) -> Iterator[tuple[Batch, Batch]]:
-    """``(host batch, device batch)`` pairs for a training loop.
-
-    Plain (``ahead=False``): each batch is copied when it is needed. With ``ahead``, the ids
-    are checked on the host (:func:`check_token_ids`, against ``model.config``'s vocabularies)
-    and the copies start ahead (:func:`to_device_ahead`); ``model.check_token_ids`` is switched
-    off meanwhile (the model would read its ids back from the device), and restored after.
-    """
+    """``(host batch, device batch)`` pairs for a training loop, each batch copied when needed;
+    with ``ahead``, checked on the host against ``model.config``'s vocabularies and copied ahead
+    (:func:`to_device_ahead`), ``model.check_token_ids`` off meanwhile and restored after."""
     if not ahead:
         for batch in batches:
             yield batch, batch.to(device)
@@ -325,14 +283,12 @@ class BatchedCorpus:
 
     Args:
         src_ids, tgt_ids: token ids of each pair, without special tokens.
-        max_tokens: padded positions per batch (see :func:`token_budget_batches`).
-        pad_id, bos_id, eos_id: special ids.
-        shuffle: shuffle for training; ``False`` gives a fixed order for evaluation.
+        max_tokens, shuffle: see :func:`token_budget_batches` (``shuffle=False``: evaluation).
         seed: base seed; epoch ``e`` uses ``seed + e``, so a resumed run sees the same batches.
-        widths: None (default): each batch as narrow as its sentences allow. A few widths,
-            e.g. ``(16, 32, 64)``: every batch is padded to ``(max_tokens // W, W)`` for the
-            smallest ``W`` that holds its sentences, on both sides, so the model sees only
-            ``len(widths)`` shapes (what ``torch.compile`` and CUDA graphs need).
+        widths: e.g. ``(16, 32, 64)``: every batch padded to ``(max_tokens // W, W)`` on both
+            sides, ``W`` the smallest width that holds its sentences, so the model sees only
+            ``len(widths)`` shapes (for ``torch.compile`` and CUDA graphs). None: as narrow as
+            the sentences allow.
     """
 
     def __init__(self, src_ids, tgt_ids, max_tokens: int, *, pad_id: int = 0, bos_id: int = 1,
@@ -389,8 +345,7 @@ class BatchedCorpus:
                           width=width, rows=rows)
 
     def target_tokens(self, epoch: int = 0) -> list[int]:
-        """Labels of each batch of ``epoch`` (its :attr:`Batch.num_tgt_tokens`: every target
-        sentence's ids plus ``<eos>``), counted from the lengths without building the batches."""
+        """Each batch's :attr:`Batch.num_tgt_tokens` in ``epoch``, without building the batches."""
         return [sum(self._tgt_lens[i] + 1 for i in idx) for idx in self.batch_indices(epoch)]
 
     def num_batches(self, epoch: int = 0) -> int:

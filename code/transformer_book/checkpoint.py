@@ -1,22 +1,9 @@
-"""Checkpoint files: written atomically, read with ``weights_only=True``, turned back into a model;
-and the weights of the last epochs, kept and averaged (Sec. 6.1).
-
-A checkpoint is a plain dict (tensors, numbers, strings, lists, dicts) so that
-``torch.load(weights_only=True)`` can read it without running any code from the file.
-:class:`transformer_book.train.Trainer` writes and reads them; :func:`model_from_checkpoint`
-rebuilds a trained model and its tokenizer for translation.
-
-Sec. 6.1: "we used a single model obtained by averaging the last 5 checkpoints".
-:class:`EpochWeights` keeps the weights of the last epochs (in memory, and beside the checkpoint
-so that a resumed run has them too); :func:`average_state_dicts` averages them.
-
-Every way a file can be wrong gets its own message (:class:`CheckpointError`): missing, a
-folder, empty, truncated, not a PyTorch file, holding Python objects that the safe loader
-refuses, not a checkpoint of this book, another format version, weights of another model.
-Writing failures (disk full, permission denied) raise :class:`CheckpointWriteError` naming
-the path and the cause; the previous file stays intact and no temporary file is left behind.
-:class:`~transformer_book.files.DirectoryLock` keeps two training runs out of one checkpoint
-folder.
+"""Checkpoint files: plain dicts of tensors, numbers and strings, so that
+``torch.load(weights_only=True)`` reads them without running code from the file; written
+atomically (:func:`atomic_torch_save`), read with a clear :class:`CheckpointError` for each way a
+file can be wrong (:func:`load_checkpoint`), turned back into a model
+(:func:`model_from_checkpoint`); and the last epochs' weights, kept and averaged (Sec. 6.1:
+"averaging the last 5 checkpoints", :class:`EpochWeights`).
 """
 
 from __future__ import annotations
@@ -79,14 +66,8 @@ def _write_error(path: Path, exc: OSError) -> CheckpointWriteError:
 
 
 def atomic_torch_save(obj, path: str | os.PathLike) -> None:
-    """``torch.save`` through :func:`~transformer_book.files.atomic_write`: a crash mid-write
-    leaves the previous checkpoint intact, never a truncated one, and the file gets the
-    permissions the umask gives any new file.
-
-    Raises:
-        CheckpointWriteError: the folder or file cannot be written (the message names the path
-            and the cause: no space, quota, permission, read-only file system).
-    """
+    """``torch.save`` through :func:`~transformer_book.files.atomic_write`; CheckpointWriteError
+    (naming the path and the cause: no space, quota, permission ...) when it cannot write."""
     path = Path(path)
     recorder = None
     try:
@@ -129,13 +110,8 @@ def as_tuple(x):
 
 
 def safe_torch_load(path: str | os.PathLike, map_location=None):
-    """``torch.load(path, weights_only=True)`` with one clear :class:`CheckpointError` for each
-    way the file can be unreadable (empty, truncated, not a PyTorch file, unsafe objects).
-
-    Raises:
-        FileNotFoundError: no file at ``path``.
-        CheckpointError: the file exists but cannot be read safely.
-    """
+    """``torch.load(path, weights_only=True)``; FileNotFoundError without a file, else a
+    :class:`CheckpointError` saying why it cannot be read safely (empty, truncated ...)."""
     path = Path(path)
     if path.is_dir():
         raise CheckpointError(f"{path} is a folder, not a checkpoint file (inside a run folder, "
@@ -175,14 +151,9 @@ def safe_torch_load(path: str | os.PathLike, map_location=None):
 
 
 def load_checkpoint(path: str | os.PathLike, map_location=None) -> dict:
-    """Read a checkpoint with ``torch.load(weights_only=True)`` (no arbitrary code runs).
-
-    Raises:
-        FileNotFoundError: no file at ``path``.
-        CheckpointError (a ValueError): the file is empty, truncated, not a PyTorch file,
-            holds unsafe objects, is not a checkpoint of this book, or has another format
-            version. Each case has its own message.
-    """
+    """Read a checkpoint (:func:`safe_torch_load`): FileNotFoundError without a file, and
+    CheckpointError (a ValueError) with its own message for a file that is empty, truncated, not
+    a PyTorch file, holding unsafe objects, not this book's, or of another format version."""
     path = Path(path)
     state = safe_torch_load(path, map_location)
     if not isinstance(state, dict):
@@ -197,11 +168,15 @@ def load_checkpoint(path: str | os.PathLike, map_location=None) -> dict:
                               "'format' entry); pass the last.pt written by "
                               "`python -m transformer_book train`")
     if state["format"] != CHECKPOINT_FORMAT:
-        writer = state.get("transformer_book_version", "another version")
         raise CheckpointError(f"{path} has checkpoint format {state['format']!r}, but this "
-                              f"transformer_book reads format {CHECKPOINT_FORMAT}; it was "
-                              f"written by transformer_book {writer}: use that version")
+                              f"transformer_book reads format {CHECKPOINT_FORMAT}; "
+                              f"{_written_by(state)}")
     return state
+
+
+def _written_by(state: dict) -> str:
+    version = state.get("transformer_book_version", "another version")
+    return f"it was written by transformer_book {version}: use that version"
 
 
 def check_keys(state: dict, keys, path) -> None:
@@ -238,16 +213,11 @@ def load_weights_into(model: torch.nn.Module, weights: dict, path) -> None:
 def model_from_checkpoint(path: str | os.PathLike, device: torch.device | str | None = None):
     """Rebuild a trained model and its tokenizer from a checkpoint written by :class:`Trainer`.
 
-    The checkpoint must hold ``model_config`` and ``extra["tokenizer"]`` (the command line's
-    ``train`` stores both). ``model_config["kind"]`` names the model (``"rnn"``: the recurrent
-    translator); without it (every checkpoint before it existed) the model is a Transformer.
-
-    Returns:
-        ``(model, tokenizer, state)``; the model is in eval mode on ``device``.
-
-    Raises:
-        FileNotFoundError, CheckpointError: see :func:`load_checkpoint`; also a checkpoint
-            without model_config or tokenizer, or whose weights belong to another model.
+    It needs ``model_config`` (whose ``kind`` names the model; none: a Transformer) and
+    ``extra["tokenizer"]``, both stored by the command line's ``train``. Returns ``(model,
+    tokenizer, state)``, the model in eval mode on ``device``. Raises as
+    :func:`load_checkpoint`, and CheckpointError when either is missing or the weights belong
+    to another model.
     """
     from transformer_book.config import MODEL_KINDS, model_config_from_dict
     from transformer_book.model import build_model
@@ -263,8 +233,7 @@ def model_from_checkpoint(path: str | os.PathLike, device: torch.device | str | 
         raise CheckpointError(f"{path} stores no tokenizer (extra['tokenizer']); use a "
                               "checkpoint written by `python -m transformer_book train`")
     kind = state["model_config"].get("kind", "transformer")
-    writer = (f"it was written by transformer_book "
-              f"{state.get('transformer_book_version', 'another version')}: use that version")
+    writer = _written_by(state)
     if kind not in MODEL_KINDS:
         raise CheckpointError(f"{path} holds a model of kind {kind!r}, which this version does "
                               f"not know; {writer}")
@@ -310,12 +279,10 @@ def average_state_dicts(states: Sequence[dict]) -> dict:
 
 
 class EpochWeights:
-    """The weights at the end of the last ``keep`` epochs, as ``(epoch, CPU state dict)`` pairs
-    (iterate over it, or take :func:`len`), to average (Sec. 6.1).
-
-    With a ``folder``, each is also written there as ``weights_epochNNNN.pt`` and older files
-    are deleted (``write=False``: only read, as the processes other than rank 0 do).
-    """
+    """The weights at the end of the last ``keep`` epochs, ``(epoch, CPU state dict)`` pairs to
+    average (Sec. 6.1). With a ``folder``, each is also written there as
+    ``weights_epochNNNN.pt``, older files deleted, so a resumed run has them (``write=False``:
+    only read, as the ranks other than 0 do)."""
 
     def __init__(self, keep: int, folder: str | os.PathLike | None = None, *, write: bool = True):
         if keep < 1:

@@ -1,12 +1,7 @@
-"""Sec. 3 and Table 3: every hyperparameter of the model in one frozen dataclass; and Sec. 5:
-the settings of a training run in another.
-
-The defaults of :class:`TransformerConfig` are the paper's base model (Table 3, "base"); named
-presets give the big model and two small ones for CPU runs. Any departure from the paper is a
-flag whose default is the paper's choice. :class:`TrainConfig` does the same for training
-(batches, schedule, label smoothing, checkpoints), and its fields carry the help text and the
-valid values from which the command line builds its ``train`` flags. :class:`RecurrentConfig`
-holds the recurrent translator's (the baseline of Sec. 1 and Table 2, not the paper's model).
+"""Sec. 3 and Table 3: every hyperparameter of the model in one frozen dataclass
+(:class:`TransformerConfig`, the base model by default, any departure from the paper a field
+whose default is the paper's choice); Sec. 5: a training run's settings (:class:`TrainConfig`);
+and the recurrent baseline's (:class:`RecurrentConfig`).
 """
 
 from __future__ import annotations
@@ -53,11 +48,8 @@ class _ConfigMethods:
 
 @dataclass(frozen=True)
 class TransformerConfig(_ConfigMethods):
-    """Sec. 3 / Table 3: hyperparameters of the encoder-decoder Transformer (base model defaults).
-
-    Build variants with the presets (``TransformerConfig.small(dropout=0.2)``) or
-    ``dataclasses.replace(config, ...)``; the object itself is immutable.
-    """
+    """Sec. 3 / Table 3: hyperparameters of the encoder-decoder Transformer (base model defaults);
+    variants from the presets (``TransformerConfig.small(dropout=0.2)``) or :meth:`replace`."""
 
     src_vocab_size: int = 37000  # Sec. 5.1: shared source-target BPE vocabulary, ~37000 (EN-DE)
     tgt_vocab_size: int = 37000  # Sec. 5.1: the same shared vocabulary on the target side
@@ -71,16 +63,14 @@ class TransformerConfig(_ConfigMethods):
     attention_dropout: float = 0.0  # not in the paper (Sec. 5.4 has none); nn.Transformer has it
     ffn_dropout: float = 0.0  # not in the paper: after the ReLU of Eq. (2) (Annotated Transformer)
     max_len: int = 512  # Sec. 3.5: rows of the positional table = longest sequence (paper: none)
-    pad_id: int = 0  # id of the padding token in both vocabularies (masked out; the paper never
-    # mentions padding: batching sentences of different lengths needs it, chapter 4)
+    pad_id: int = 0  # the padding id in both vocabularies, masked out (not in the paper; chapter 4)
     share_embeddings: bool = True  # Sec. 3.4: one embedding matrix for source and target
     tie_output: bool = True  # Sec. 3.4: pre-softmax linear shares the target embedding matrix
     norm_first: bool = False  # Sec. 3.1: post-norm LayerNorm(x + Sublayer(x)); True = pre-norm
     learned_positions: bool = False  # Sec. 3.5 / Table 3 (E): sinusoids; True = learned positions
     layer_norm_eps: float = 1e-5  # Sec. 3.1 (LayerNorm, Ba et al. 2016): epsilon, PyTorch's default
-    # Not in the paper: how the (shared) embedding matrix starts. "xavier" = Xavier-uniform like
-    # every other matrix (the Annotated Transformer); "normal" = N(0, d_model^-0.5), the
-    # paper's own code (tensor2tensor), so that embedding * sqrt(d_model) has unit scale
+    # Not in the paper: the embedding's start, "xavier" (as every matrix, the Annotated Transformer)
+    # or "normal": N(0, d_model^-0.5), the paper's code, unit scale after * sqrt(d_model)
     embed_init: str = "xavier"
 
     def __post_init__(self) -> None:
@@ -128,14 +118,9 @@ class TransformerConfig(_ConfigMethods):
 
     @classmethod
     def cpu(cls, **overrides) -> TransformerConfig:
-        """Not in the paper: the small model with the embedding scale of the paper's code.
-
-        d_model 256, 4 heads, 3 + 3 post-norm layers, d_ff 1024, the embedding drawn from
-        N(0, d_model^-0.5) (``embed_init="normal"``), and no dropout (P_drop 0): a run of a CPU
-        budget sees each sentence only a few times. Train it with ``TrainConfig.cpu()``;
-        chapters 8 and 11 measure the pair (the runs behind the choices:
-        ``benchmarks/README.md``).
-        """
+        """Not in the paper: :meth:`small` with ``embed_init="normal"`` (the paper's code) and
+        no dropout (a CPU budget sees each sentence only a few times). Train it with
+        ``TrainConfig.cpu()`` (chapters 8 and 11; the runs: ``benchmarks/README.md``)."""
         return cls.small(**{"embed_init": "normal", "dropout": 0.0, **overrides})
 
     @classmethod
@@ -147,28 +132,20 @@ class TransformerConfig(_ConfigMethods):
 
 @dataclass(frozen=True)
 class RecurrentConfig(_ConfigMethods):
-    """Not in the paper: the recurrent translator it is measured against (Sec. 1, Table 2).
-
-    A recurrent design of its time, sized for Multi30k, built by
-    :class:`transformer_book.recurrent.RecurrentTranslator` (whose docstring gives the sources
-    of each choice): a bidirectional LSTM encoder, an LSTM decoder with global attention and
-    input feeding (Luong et al. 2015), additive scores (Bahdanau et al. 2015; Britz et al. 2017).
+    """Not in the paper: the recurrent translator it is measured against (Sec. 1, Table 2),
+    :class:`transformer_book.recurrent.RecurrentTranslator` (whose docstring gives the sources).
     Presets: :meth:`cpu` (the defaults) and :meth:`tiny`.
     """
 
     src_vocab_size: int = 8000  # the book's shared BPE vocabulary on Multi30k
     tgt_vocab_size: int = 8000  # the same shared vocabulary on the target side
-    d_model: int = 256  # width of the embeddings and of the attentional vector (Luong Eq. 5)
-    # that the (tied) output layer reads; also the d_model of the learning rate's Eq. (3)
-    hidden_size: int = 416  # LSTM width of the decoder and of the encoder's annotations (each
-    # direction has half); 416 makes the cpu preset about as large as TransformerConfig.cpu()
+    d_model: int = 256  # embeddings and attentional vector (Luong Eq. 5); Eq. (3)'s d_model
+    hidden_size: int = 416  # LSTM width (encoder: half per direction); cpu() ~ Transformer's cpu()
     num_layers: int = 2  # stacked LSTM layers in the encoder and in the decoder each
     attention: str = "additive"  # score(h_t, h_s): "additive" (Bahdanau) or "general" (Luong)
     input_feeding: bool = True  # Luong Sec. 3.3: the last attentional vector joins the input
-    dropout: float = 0.2  # on embeddings, between LSTM layers and on the attentional vector
-    # (none on the LSTMs' recurrent connections, Zaremba et al. 2014)
-    max_len: int = 512  # longest source or target accepted (no positional table; it also caps
-    # the decoding length, as the Transformer's max_len does)
+    dropout: float = 0.2  # embeddings, between layers, attentional vector, not recurrent (Zaremba)
+    max_len: int = 512  # longest source or target accepted; also caps the decoding length
     pad_id: int = 0  # id of the padding token in both vocabularies
     share_embeddings: bool = True  # one embedding matrix for source and target
     tie_output: bool = True  # the output layer reuses the target embedding (Press and Wolf 2017)
@@ -186,10 +163,8 @@ class RecurrentConfig(_ConfigMethods):
 
     @classmethod
     def cpu(cls, **overrides) -> RecurrentConfig:
-        """The defaults: embeddings 256, 2 + 2 LSTM layers of 416 (encoder: 208 per direction),
-        about 7.7M parameters with a shared vocabulary of 8,000 (``TransformerConfig.cpu()``:
-        7.6M). Its training recipe is ``TrainConfig.cpu_rnn()``: the Transformer's, with the
-        learning rate chosen for it on the validation set."""
+        """The defaults: about 7.7M parameters with a shared vocabulary of 8,000
+        (``TransformerConfig.cpu()``: 7.6M); train it with ``TrainConfig.cpu_rnn()``."""
         return cls(**overrides)
 
     @classmethod
@@ -206,13 +181,8 @@ PRESETS = {"transformer": ("tiny", "small", "cpu", "base", "big"), "rnn": ("tiny
 
 
 def model_config_from_dict(config: dict) -> TransformerConfig | RecurrentConfig:
-    """The config a checkpoint's ``model_config`` describes: its ``kind`` names the class
-    (a dict without one, e.g. from before the recurrent model, is a TransformerConfig).
-
-    Raises:
-        ValueError: an unknown kind, or values the config refuses.
-        TypeError: fields the config does not have.
-    """
+    """The config a checkpoint's ``model_config`` describes, its ``kind`` naming the class (none:
+    TransformerConfig). ValueError: an unknown kind or refused values; TypeError: unknown fields."""
     fields = dict(config)
     kind = fields.pop("kind", "transformer")
     if kind not in MODEL_KINDS:
@@ -239,28 +209,18 @@ SCHEDULES = ("noam", "linear", "constant")
 
 def _setting(default, help: str, *, flag: bool = False, valid=None, resume: bool = False,
              metavar: str | None = None):
-    """A :class:`TrainConfig` field: its default and what the command line needs to know.
-
-    Args:
-        help: what the setting does (the command line's help text).
-        flag: ``python -m transformer_book train`` takes it as ``--NAME`` (``--max-tokens``).
-        valid: the values accepted, an interval such as ``"[1, inf)"`` or a tuple of choices.
-        resume: ``train --resume`` may change it (how long to train, how often to save, where
-            to run); every other setting comes from the run's checkpoint.
-        metavar: the value's name in the help (e.g. ``SECONDS``).
-    """
+    """A :class:`TrainConfig` field: its default, and in its metadata what the command line
+    builds the ``train`` flags from: ``help``; ``flag`` (``train`` takes it as ``--NAME``);
+    ``valid`` (an interval such as ``"[1, inf)"``, or a tuple of choices); ``resume`` (``train
+    --resume`` may change it; every other setting comes from the checkpoint); ``metavar``."""
     return field(default=default, metadata={"help": help, "flag": flag, "valid": valid,
                                             "resume": resume, "metavar": metavar})
 
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """Sec. 5: the settings of a training run (the model's own live in :class:`TransformerConfig`).
-
-    Each field's metadata holds its help text, its valid values, whether the command line has a
-    flag for it and whether ``--resume`` may change it (see :func:`_setting`);
-    :mod:`transformer_book.cli` builds the ``train`` flags from them.
-    """
+    """Sec. 5: the settings of a training run (the model's live in :class:`TransformerConfig`);
+    each field's metadata also describes its command-line flag (:func:`_setting`)."""
 
     max_tokens: int = _setting(
         4096, "padded tokens per batch (the paper: ~25k source + 25k target tokens, Sec. 5.1)",
@@ -286,8 +246,8 @@ class TrainConfig:
         "to 0 at the run's end (epochs, max_steps or time_budget) ('linear'), or held ('constant')",
         flag=True, valid=SCHEDULES)
     time_budget: float | None = _setting(
-        None, "seconds of training steps, turned into a number of steps once, from the pace "
-        "of the run's first steps (validation not counted; None: no limit)", flag=True,
+        None, "seconds of training steps, turned into a number of steps once, when the pace "
+        "of the run's steps has settled (validation not counted; None: no limit)", flag=True,
         valid="(0, inf)", resume=True, metavar="SECONDS")
     label_smoothing: float = _setting(
         0.1, "eps_ls of the label-smoothed loss, Sec. 5.4 (0: plain cross-entropy)", flag=True,
@@ -341,36 +301,25 @@ class TrainConfig:
 
     @classmethod
     def cpu(cls, **overrides) -> TrainConfig:
-        """Not in the paper: the CPU reader's recipe, 20 minutes of training on 2 cores.
-
-        Pair it with ``TransformerConfig.cpu()``; chapter 8 tabulates the runs that chose it.
-        Batches of at most 1,500 padded tokens (more, smaller steps), a 200-step warm-up
-        towards the rate of Eq. (3) at 0.45 times its size (2.0e-3 for d_model 256) multiplied
-        by (1 - progress), then a linear decay that reaches 0 where the run ends: a time budget
-        of 1,150 s of training steps, turned into a number of steps from the pace of the first
-        steps (:class:`~transformer_book.train.Trainer`); since progress has advanced during
-        the warm-up, the rate reached is lower. ``epochs`` is only an upper bound: the time
-        budget ends the run first. Where the CPU has bf16 instructions (``cpu_amp=None``: AVX512_BF16 or AMX), the
-        forward pass runs in bf16 autocast (chapter 11 measures what that buys). The runs behind
-        these choices are in ``benchmarks/README.md``.
-        """
+        """Not in the paper: the CPU reader's recipe for ``TransformerConfig.cpu()``, 20 minutes
+        on 2 cores: batches of 1,500 padded tokens, 200 warm-up steps towards 0.45 times Eq. (3),
+        then a linear decay to 0 at the end of a 1,150 s time budget (which ends the run before
+        ``epochs``), bf16 autocast where the CPU has bf16 instructions. Chapter 8 tabulates the
+        runs that chose it (``benchmarks/README.md``)."""
         return cls(**{"max_tokens": 1500, "warmup_steps": 200, "lr_factor": 0.45,
                       "schedule": "linear", "time_budget": 1150.0, "epochs": 30,
                       "cpu_amp": None, **overrides})
 
     @classmethod
     def cpu_rnn(cls, **overrides) -> TrainConfig:
-        """Not in the paper: :meth:`cpu` with the learning rate chosen for the recurrent
-        translator (``RecurrentConfig.cpu()``) on the validation set (chapter 9): 1.8 times
-        Eq. (3), a nominal peak of 8.0e-3 for d_model 256, instead of 0.45 times. Everything
-        else is the Transformer's cpu recipe."""
+        """Not in the paper: :meth:`cpu` at the learning rate chosen for
+        ``RecurrentConfig.cpu()`` on the validation set (chapter 9), 1.8 times Eq. (3)."""
         return cls.cpu(**{"lr_factor": 1.8, **overrides})
 
 
 def train_config_for(preset: str = "small", kind: str = "transformer", **overrides) -> TrainConfig:
-    """The training recipe that goes with a model preset: the cpu recipe for ``preset="cpu"``
-    (at the learning rate chosen for each ``kind`` of model, chapter 9), the paper's settings
-    otherwise, with ``overrides``."""
+    """The training recipe of a model preset: for ``"cpu"``, :meth:`TrainConfig.cpu` (or
+    ``cpu_rnn`` for ``kind="rnn"``); else the paper's settings; with ``overrides``."""
     if preset == "cpu":
         return (TrainConfig.cpu_rnn if kind == "rnn" else TrainConfig.cpu)(**overrides)
     return TrainConfig(**overrides)

@@ -1,7 +1,5 @@
-"""Chapter 1's toy task for the recurrent models of :mod:`transformer_book.rnn`: copy or reverse
-a sequence of random tokens (:func:`copy_task_batch`), a minimal training loop for
-:class:`~transformer_book.rnn.Seq2Seq` (:func:`train_seq2seq`) and its metric
-(:func:`token_accuracy`). Shapes are batch first.
+"""Chapter 1's toy task for :class:`~transformer_book.rnn.Seq2Seq`: copy or reverse a sequence of
+random tokens, with a minimal training loop and its metric. Shapes are batch first.
 """
 
 from __future__ import annotations
@@ -23,9 +21,8 @@ def copy_task_batch(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """A batch of the toy copy (or reverse) task: the target is the source, in (reverse) order.
 
-    Token 0 is the beginning-of-sequence token fed to the decoder first; source symbols are drawn
-    uniformly from ``1 .. vocab_size - 1``. All sequences in a batch share one length, so no
-    padding (and no padding mask) is needed.
+    Token 0 is BOS; source symbols are drawn uniformly from ``1 .. vocab_size - 1``. All
+    sequences share one length: no padding.
 
     Args:
         batch_size: number of sequences ``B``.
@@ -35,11 +32,8 @@ def copy_task_batch(
         generator: random generator, for reproducible batches.
 
     Returns:
-        ``(src, tgt_in, tgt_out)``: the source, the decoder input (BOS then the target shifted
-        right, for teacher forcing) and the target.
-
-    Shape:
-        all three ``(B, length)``, dtype ``torch.long``.
+        ``(src, tgt_in, tgt_out)``, each (B, length) ``torch.long``: the source, the decoder
+        input (BOS then the target shifted right) and the target.
     """
     if batch_size < 1 or length < 1:
         raise ValueError(f"batch_size and length must be positive, got {batch_size}, {length}")
@@ -64,8 +58,8 @@ def train_seq2seq(
 ) -> list[float]:
     """Train ``model`` on the copy (or reverse) task with Adam and teacher forcing.
 
-    Each step draws one length uniformly from ``lengths[0] .. lengths[1]`` (inclusive) and a
-    batch of that length, from a generator seeded with ``seed``, so a run is reproducible.
+    Each step draws a length uniformly from ``lengths[0] .. lengths[1]`` (inclusive) and a batch
+    of that length, from a generator seeded with ``seed``.
 
     Args:
         model: the model to train (in place).

@@ -1,25 +1,12 @@
-"""Bring your own corpus: parallel plain-text files, one sentence per line, or a Hugging Face
-dataset; and the tokenised, batched corpus that training reads (Sec. 5.1), compact enough for
-corpora of millions of pairs.
+"""Bring your own corpus: parallel UTF-8 files, one sentence per line, or a Hugging Face
+dataset (:func:`~transformer_book.hf_dataset.hf_translation_pairs`, re-exported); and the
+tokenised, batched corpus that training reads (Sec. 5.1).
 
-``load_parallel_text("train.de", "train.en")`` gives the same :class:`ParallelCorpus` that
-:func:`~transformer_book.data.load_multi30k` gives for Multi30k, so everything downstream
-(tokenizer, batching, training, BLEU) works unchanged. The two files are read side by side, line
-by line (:func:`iter_parallel_text` streams them without holding either in memory), and every way
-they can be wrong stops with one line naming the file and the line: a missing file, bytes that are
-not UTF-8, an empty file, files of different lengths.
-
-A Hugging Face translation dataset (``wmt14`` ``de-en``, or a local folder) is read with
-:func:`~transformer_book.hf_dataset.hf_translation_pairs` (re-exported here), streamed, when the
-optional ``datasets`` package is installed (``pip install 'transformer-book[hf]'``).
-
-For a corpus that large the token ids matter more than the text: as Python lists of lists they
-cost about 36 bytes per token (WMT 2014 en-de, ~280M subwords, would need ~10 GB).
-:func:`encode_pairs` tokenises a stream of pairs chunk by chunk into :class:`TokenIds`, one
-flat uint16 array plus offsets (2 bytes per token), and :func:`prepare_corpus` batches it by
-token budget (:class:`CompactBatchedCorpus`: the batches a
-:class:`~transformer_book.batching.BatchedCorpus` of id lists would give). Every corpus the
-package trains on, Multi30k included, is prepared this way.
+:func:`load_parallel_text` gives the same :class:`ParallelCorpus` as
+:func:`~transformer_book.data.load_multi30k`, so everything downstream works unchanged.
+:func:`encode_pairs` tokenises a stream of pairs into compact :class:`TokenIds` and
+:func:`prepare_corpus` batches them by token budget; every corpus the package trains on,
+Multi30k included, is prepared this way.
 """
 
 from __future__ import annotations
@@ -108,13 +95,10 @@ def id_dtype(vocab_size: int) -> np.dtype:
 
 class TokenIds(Sequence):
     """The token ids of many sentences in one flat array: sentence ``i`` is
-    ``flat[offsets[i]:offsets[i + 1]]``.
+    ``flat[offsets[i]:offsets[i + 1]]``, and ``ids[i]`` gives it as a list of ints.
 
-    A Python list of lists costs about 36 bytes per token on a 64-bit machine (an 8-byte pointer
-    and a 28-byte int object for every id above 256); this costs the id's own 2 bytes (uint16,
-    see :func:`id_dtype`) plus 8 bytes of offset per *sentence*. ``ids[i]`` gives sentence ``i``
-    as a list of ints, so code written for lists of lists (:func:`~transformer_book.batching.
-    collate`) reads it unchanged.
+    A list of lists costs about 36 bytes per token (an 8-byte pointer and a 28-byte int above
+    256); this costs 2 (uint16, :func:`id_dtype`) plus 8 bytes of offset per sentence.
     """
 
     def __init__(self, flat: np.ndarray, offsets: np.ndarray):
@@ -177,17 +161,9 @@ class _Growing:
 
 def encode_pairs(tokenizer, pairs: Iterable[tuple[str, str]], *, max_len: int | None = None,
                  limit: int | None = None, chunk_size: int = 8192) -> tuple[TokenIds, TokenIds]:
-    """Tokenise (source, target) pairs into two :class:`TokenIds`, streaming.
-
-    The pairs are read ``chunk_size`` at a time and encoded (in parallel, by ``tokenizers``);
-    only the compact ids are kept, so the raw text need never be in memory all at once.
-
-    Args:
-        tokenizer: a :class:`~transformer_book.tokenizer.SubwordTokenizer`.
-        pairs: any iterable of (source, target) strings: a ParallelCorpus, a
-            :class:`~transformer_book.hf_dataset.PairStream`.
-        max_len: drop pairs whose source or target has more subwords (None keeps all).
-        limit: read only the first ``limit`` pairs (before dropping long ones).
+    """Tokenise an iterable of (source, target) strings into two :class:`TokenIds`,
+    ``chunk_size`` pairs at a time: only the compact ids are kept, never the whole text.
+    ``max_len``: drop pairs with a side of more subwords; ``limit``: read only the first pairs.
     """
     dtype = id_dtype(tokenizer.vocab_size)
     src, tgt = _Growing(dtype), _Growing(dtype)
@@ -204,12 +180,8 @@ def encode_pairs(tokenizer, pairs: Iterable[tuple[str, str]], *, max_len: int | 
 
 
 class CompactBatchedCorpus(BatchedCorpus):
-    """A :class:`~transformer_book.batching.BatchedCorpus` over :class:`TokenIds`: the same
-    batches, in the same order, from ~2 bytes per token instead of ~36.
-
-    (``BatchedCorpus`` copies its inputs into lists, which would unpack the compact ids into one
-    list per sentence; this keeps them as given. The rest is inherited.)
-    """
+    """A :class:`~transformer_book.batching.BatchedCorpus` over :class:`TokenIds`, kept as
+    given (not copied into one list per sentence): the same batches, in the same order."""
 
     @staticmethod
     def _keep(ids: TokenIds) -> TokenIds:
@@ -266,21 +238,17 @@ def prepare_run_data(train_pairs: Iterable[tuple[str, str]],
                      val_pairs: Iterable[tuple[str, str]] | None, *, max_tokens: int,
                      max_len: int, seed: int = 0, tokenizer: SubwordTokenizer | None = None,
                      vocab_size: int = 8000, limit: int | None = None) -> RunData:
-    """The tokenizer and the batches a run trains and validates on (Sec. 5.1), the one way the
-    command line and the benchmark scripts build them.
+    """The tokenizer and the batches a run trains and validates on (Sec. 5.1).
 
     Args:
-        train_pairs, val_pairs: the sentence pairs (a
-            :class:`~transformer_book.data.ParallelCorpus`, or any iterable of (source, target)
-            strings); ``val_pairs=None``: no validation data.
-        max_tokens: padded tokens per batch (``TrainConfig.max_tokens``).
-        max_len: the model's ``max_len``: a training pair with a side longer than ``max_len - 2``
-            subwords (room for ``<bos>`` / ``<eos>``) is left out.
-        seed: the order of the training batches (``TrainConfig.seed``); validation keeps the
-            corpus's order.
-        tokenizer: the tokenizer to use; None: the joint BPE vocabulary of ``vocab_size``
-            pieces learned on all of ``train_pairs`` (or read from the cache,
-            :func:`~transformer_book.tokenizer.load_or_train_tokenizer`).
+        train_pairs, val_pairs: iterables of (source, target) strings; ``val_pairs=None``: no
+            validation data.
+        max_tokens: padded tokens per batch.
+        max_len: the model's; a training pair with a side longer than ``max_len - 2`` subwords
+            (room for ``<bos>`` / ``<eos>``) is left out.
+        seed: the order of the training batches; validation keeps the corpus's order.
+        tokenizer: None: the joint BPE vocabulary of ``vocab_size`` pieces learned on all of
+            ``train_pairs`` (:func:`~transformer_book.tokenizer.load_or_train_tokenizer`).
         limit: train on the first ``limit`` pairs only (the tokenizer still learns from all).
     """
     if tokenizer is None:

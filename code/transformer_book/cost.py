@@ -1,12 +1,6 @@
-"""FLOPs of one sequence layer, counted once for the whole book (chapters 1 and 10 cite this).
-
-The paper's Table 1 (Sec. 4) gives the complexity per layer: O(n^2 d) for self-attention and
-O(n d^2) for a recurrent layer. Its remark that self-attention is faster "when the sequence
-length n is smaller than the representation dimensionality d" compares exactly those two terms:
-the attention operation of Eq. (1) (n^2 d) against the recurrence's d^2 work per step (n d^2).
-Whole layers carry more constants. Counting a multiply-add as 2 FLOPs (as PyTorch's
-``FlopCounterMode`` does), for n positions of width d, forward pass, batch 1, biases and
-nonlinearities ignored:
+"""FLOPs of one sequence layer (the paper's Table 1, Sec. 4), counted once for the whole book
+(chapters 1 and 10). A multiply-add counts 2 FLOPs (as PyTorch's ``FlopCounterMode`` does); n
+positions of width d, forward pass, batch 1, biases and nonlinearities ignored:
 
 ==========================  ======================  ==========================================
 layer                       FLOPs                   where it comes from
@@ -19,9 +13,7 @@ GRU layer                   12 n d^2                3 gates, each 2 x 2 d^2 per 
 LSTM layer                  16 n d^2                4 gates, each 2 x 2 d^2 per step
 ==========================  ======================  ==========================================
 
-So a whole self-attention layer is never cheaper than an Elman layer (8 n d^2 alone exceeds
-4 n d^2); it is cheaper than a GRU layer for n < d and than an LSTM layer for n < 2 d. Eq. (1)
-alone is cheaper than the Elman recurrence for n < d: that is the paper's "n < d".
+The paper's "n < d" compares Eq. (1) alone with the Elman recurrence (chapter 1).
 """
 
 from __future__ import annotations
@@ -39,7 +31,7 @@ LAYER_FLOPS = {
 
 
 def layer_flops(kind: str, n: int, d: int) -> int:
-    """FLOPs of one layer of ``kind`` (a key of :data:`LAYER_FLOPS`) over ``n`` positions of width ``d``."""
+    """FLOPs of one layer of ``kind`` (a key of :data:`LAYER_FLOPS`), n positions of width d."""
     if kind not in LAYER_FLOPS:
         raise ValueError(f"unknown layer kind {kind!r}; choose one of {sorted(LAYER_FLOPS)}")
     if n < 1 or d < 1:
@@ -50,9 +42,8 @@ def layer_flops(kind: str, n: int, d: int) -> int:
 def crossover_length(kind: str, other: str, d: int) -> float | None:
     """The length n at which layer ``kind`` starts to cost more FLOPs than ``other``, at width d.
 
-    Below it ``kind`` is the cheaper one. Returns ``None`` when ``kind`` is never cheaper (or
-    always cheaper). Solved from the formulas, which are all of the form a n d^2 + b n^2 d:
-    a1 n d^2 + b1 n^2 d = a2 n d^2 + b2 n^2 d  =>  n = d (a2 - a1) / (b1 - b2).
+    Below it ``kind`` is the cheaper one. ``None`` when ``kind`` is never (or always) cheaper.
+    Every formula is a n d^2 + b n^2 d, so n = d (a2 - a1) / (b1 - b2).
     """
     a1, b1 = _coefficients(kind)
     a2, b2 = _coefficients(other)

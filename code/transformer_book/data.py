@@ -1,26 +1,12 @@
-"""Multi30k task 1 (German-English image descriptions): the data the book trains on.
+"""Multi30k task 1 (German-English image descriptions, Elliott et al., 2016): the data the book
+trains on instead of the paper's WMT 2014 (Sec. 5.1); 29,000 training pairs, 1,014 validation.
 
-The paper trains on WMT 2014 (4.5M sentence pairs, Sec. 5.1); a book that must train on a laptop
-uses Multi30k task 1 instead (Elliott et al., 2016): 29,000 training pairs, 1,014 validation
-pairs and the 1,000 pairs of the 2016 Flickr test set.
-
-Where the files come from, in this order:
-
-1. a local folder, given as ``data_dir`` or in the environment variable ``MULTI30K_DIR``;
-2. otherwise the user cache (``~/.cache/transformer_book/multi30k`` on Linux, or the folder in
-   ``TRANSFORMER_BOOK_CACHE``), filled on first use by downloading the gzipped files from a
-   pinned commit of https://github.com/multi30k/dataset.
-
-Either way every file is checked against the SHA-256 sums embedded below before a single line
-is read. Downloads go through :func:`pooch.retrieve`, which streams into a temporary file in
-the cache folder, checks the hash, and only then moves the file into place; an interrupted or
-corrupted download therefore never leaves a file that looks complete.
-
-Lines are kept *raw*: only the line end (``"\\n"``) is removed. The data has a few
-quirks (trailing spaces, double spaces, one TAB, no-break spaces, ``&amp;`` entities; see
-``shared/data/multi30k/README.md``). We keep them on purpose: the references that BLEU scores
-against must be the unmodified files, and the tokenizer normalises whitespace on its own
-(see :mod:`transformer_book.tokenizer`).
+The files come from a local folder (``data_dir``, or ``$MULTI30K_DIR``), else from the user
+cache (``$TRANSFORMER_BOOK_CACHE``, or the OS's), downloaded on first use from a pinned commit
+of https://github.com/multi30k/dataset; every file is checked against the SHA-256 sums below
+before a line is read. Lines are kept raw (only the line end removed): BLEU must score against
+the unmodified references, and the tokenizer normalises whitespace itself
+(quirks: ``shared/data/multi30k/README.md``).
 """
 
 from __future__ import annotations
@@ -77,12 +63,8 @@ Downloader = Callable[..., None]
 
 
 class Multi30kError(RuntimeError):
-    """Base class of the errors raised while locating or reading Multi30k.
-
-    Its message says what went wrong and what to do. In Jupyter and Colab it is shown alone,
-    without a traceback (see :meth:`_render_traceback_`): the frames inside the package would
-    only push the advice off the screen.
-    """
+    """Base class of the errors raised while locating or reading Multi30k; its message says
+    what to do, and a notebook shows it without a traceback (:meth:`_render_traceback_`)."""
 
     def _render_traceback_(self) -> list[str]:
         """IPython's hook: the lines a notebook shows instead of the traceback."""
@@ -98,14 +80,13 @@ class Multi30kChecksumError(Multi30kError, ValueError):
 
 
 class CorpusError(ValueError):
-    """A corpus other than Multi30k cannot be used: a parallel text file is missing, unreadable,
-    not UTF-8, empty or of the wrong length, or a dataset cannot be read (see
-    :mod:`transformer_book.corpus`, :mod:`transformer_book.hf_dataset`)."""
+    """A corpus other than Multi30k (:mod:`transformer_book.corpus`,
+    :mod:`transformer_book.hf_dataset`) cannot be used; the message says why."""
 
 
 @dataclass(frozen=True)
 class ParallelCorpus:
-    """One split of Multi30k: ``src[i]`` translates to ``tgt[i]``.
+    """One split of a parallel corpus: ``src[i]`` translates to ``tgt[i]``.
 
     Attributes:
         name: split name, e.g. ``"train"`` or ``"test_2016_flickr"``.
@@ -189,7 +170,8 @@ def _verify(path: Path, expected: str) -> None:
 
 
 def _download(filename: str, cache_dir: Path, downloader: Downloader | None) -> Path:
-    """Fetch one file into ``cache_dir`` with pooch (temp file, hash check, atomic move)."""
+    """Fetch one file into ``cache_dir`` with pooch, which streams into a temporary file, checks
+    the hash, then moves it into place: a failed download never leaves a complete-looking file."""
     import pooch  # lazy: only downloads need it
     import requests
 
@@ -254,17 +236,13 @@ def multi30k_file(
 
     Args:
         filename: a file of task 1, e.g. ``"train.de.gz"`` (see ``MULTI30K_SHA256``).
-        data_dir: folder holding a local copy. Defaults to ``$MULTI30K_DIR``; when neither is
-            set the file comes from (or is downloaded into) ``cache_dir``.
+        data_dir: folder holding a local copy (default ``$MULTI30K_DIR``; neither: the cache).
         cache_dir: download cache; defaults to :func:`default_cache_dir`.
         downloader: a pooch downloader (tests pass a fake one; default: HTTPS, 30 s timeout).
 
-    Returns:
-        The path of a file whose SHA-256 matches the pinned one.
-
     Raises:
-        Multi30kMissingError: the file is not in ``data_dir``, or it cannot be downloaded.
-        Multi30kChecksumError: the local or downloaded file has the wrong checksum.
+        Multi30kMissingError: not in ``data_dir``, or the download failed.
+        Multi30kChecksumError: the file has the wrong checksum.
     """
     expected = _check_filename(filename)
     if data_dir is None:
@@ -306,19 +284,13 @@ def load_multi30k(
     """Load one split of Multi30k task 1 as raw sentence pairs (German -> English by default).
 
     Args:
-        split: ``"train"`` (29,000 pairs), ``"val"`` (1,014), ``"test_2016_flickr"`` (1,000),
-            or one of the later test sets in ``MULTI30K_SIZES``.
-        data_dir: folder with the gzipped files; defaults to ``$MULTI30K_DIR``, else the cache.
+        split: ``"train"``, ``"val"``, ``"test_2016_flickr"`` ... (``MULTI30K_SIZES``).
         src_lang, tgt_lang: ``"de"`` and ``"en"`` in either order.
-        cache_dir, downloader: see :func:`multi30k_file`.
-
-    Returns:
-        A :class:`ParallelCorpus` whose ``src``/``tgt`` hold the raw lines.
+        data_dir, cache_dir, downloader: see :func:`multi30k_file`.
 
     Raises:
         ValueError: unknown split or language.
-        Multi30kMissingError, Multi30kChecksumError: see :func:`multi30k_file`.
-        Multi30kError: the two sides have different or unexpected numbers of lines.
+        Multi30kError: as :func:`multi30k_file`, or a side with an unexpected number of lines.
     """
     if split not in MULTI30K_SIZES:
         raise ValueError(f"unknown Multi30k split {split!r}; expected one of {list(MULTI30K_SIZES)}")

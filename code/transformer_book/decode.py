@@ -1,14 +1,7 @@
-"""Sec. 3.1 and 6.1: auto-regressive decoding, greedy and beam search.
-
-The decoder produces one token per step and feeds it back in. With ``use_cache=True`` each step
-runs the decoder on the newest token only, reusing the keys and values of earlier positions
-(:class:`~transformer_book.model.DecoderCache`), or the recurrent state of
-:class:`~transformer_book.recurrent.RecurrentTranslator`; the result is the same as re-running
-the whole prefix (``use_cache=False``), only faster. Any model with the interface of
-:class:`EncoderDecoder` decodes here, with one algorithm.
-
-Both functions return sequences that start with ``bos_id``; a finished sequence ends with
-``eos_id`` (greedy pads the rows that finished early with ``config.pad_id``).
+"""Sec. 3.1 and 6.1: auto-regressive decoding, greedy and beam search, for any model with the
+interface of :class:`EncoderDecoder`. With ``use_cache=True`` each step runs the decoder on the
+newest token only (the model's cache keeps the rest): the same result as re-running the whole
+prefix, only faster.
 """
 
 from __future__ import annotations
@@ -22,9 +15,8 @@ from torch import Tensor
 
 class EncoderDecoder(Protocol):
     """What decoding needs of a model (the Transformer and the recurrent translator have it).
-
-    ``new_cache()`` is optional: without it, decoding re-runs the whole prefix at each step.
-    Its cache has ``reorder(index)`` (keep those batch rows, for beam search) and ``len()``.
+    ``new_cache()`` is optional; its cache has ``reorder(index)`` (keep those batch rows, for
+    beam search) and ``len()``.
     """
 
     config: Any  # with pad_id, tgt_vocab_size and max_len
@@ -149,13 +141,10 @@ def beam_search(
     """Sec. 6.1: beam search with beam size 4 and length penalty alpha = 0.6.
 
     Keeps the ``beam_size`` best partial translations of each sentence (by total log-probability)
-    and ranks finished ones by log-probability / lp(length), the GNMT length penalty
-    lp = ((5 + length) / 6)^alpha of Wu et al. (2016), so that longer outputs are not unfairly
-    penalised. A hypothesis ends at EOS (only an EOS within the top ``beam_size`` candidates
-    counts, so ``beam_size=1`` with ``length_penalty=0`` is exactly greedy decoding) or at the
-    length limit. A sentence is done when it has ``beam_size`` finished hypotheses and no live
-    beam can still beat the worst of them (its score can only fall, so its best possible
-    normalised score is log-prob / lp(length limit)).
+    and ranks finished ones by log-probability / :func:`length_penalty_gnmt`. A hypothesis ends
+    at EOS (only an EOS within the top ``beam_size`` candidates counts, so ``beam_size=1`` with
+    ``length_penalty=0`` is exactly greedy decoding) or at the length limit. A sentence is done
+    when it has ``beam_size`` finished hypotheses and no live beam can still beat the worst.
 
     Args:
         model: the Transformer, or any :class:`EncoderDecoder`.

@@ -1,35 +1,15 @@
 """Training on several processes (one per GPU, or several CPU processes), launched by ``torchrun``.
 
-Not in the paper, which trained on "one machine with 8 NVIDIA P100 GPUs" (Sec. 5.2) without
-saying how the work was shared. Here the usual way: data parallelism with PyTorch's
-``DistributedDataParallel`` (DDP). Every process (a *rank*) holds the whole model, trains on
-its own share of each step's batches, and DDP averages the gradients across ranks during the
-backward pass, so every rank applies the same update and the replicas stay identical.
+Not in the paper (Sec. 5.2: "one machine with 8 NVIDIA P100 GPUs"): data parallelism with
+``DistributedDataParallel`` (DDP); every rank holds the whole model, trains on its share of each
+step's batches, and DDP averages the gradients. :func:`init` joins the process group (NCCL
+between GPUs, gloo on the CPU) that ``torchrun`` describes (:func:`from_environment`).
 
-We write neither a process launcher nor gradient averaging: ``torchrun`` starts the processes
-and sets ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK`` (and the rendezvous address) in their
-environment; :func:`init` reads them and joins the process group (NCCL between GPUs, gloo on
-the CPU); DDP does the averaging.
-
-How a step's batches are shared (:func:`shard_steps`, :func:`plan_steps`): a step consumes ``world_size *
-accumulate`` consecutive batches of the epoch's batch order, which is seeded and therefore the
-same on every rank; rank ``r`` takes the batches at positions ``r, r + world_size, ...`` of that
-group. So the shards never overlap, together they cover the epoch, and the position in the data
-is one number, the global batch index ``Trainer.batch_in_epoch``: a run resumed with another
-number of processes continues from it.
-
-Loss weighting: one process training on a group of batches with ``n_b`` target tokens each would
-minimise the mean over all N = sum(n_b) tokens, sum_b n_b * mean_b / N. Rank r computes its part
-sum_{b in r} n_b * mean_b / N; DDP *averages* gradients over the W ranks, i.e. divides their sum
-by W, so each rank scales its loss by W as well (:func:`token_shares`). Every rank knows the
-token count of every batch (from the shared batch order, on the host), so N needs no
-communication.
-
-What else the ranks must agree on: when to stop (a Ctrl-C reaches each rank on its own) and the
-time budget's plan (each rank reads its own clock), both through :meth:`Context.max`, so that
-all take the same steps with the same learning rates; and their dropout masks must differ
-(:func:`rank_seed`). Validation is shared too: each rank evaluates every
-``world_size``-th batch (:func:`eval_positions`) and the sums are added up.
+A step takes ``world_size * accumulate`` consecutive batches of the epoch's seeded order,
+shared between the ranks (:func:`shard_steps`), so the position in the data is one number,
+``Trainer.batch_in_epoch``, and a run may resume with another number of processes. The ranks
+agree through :meth:`Context.max` on what each reads alone (Ctrl-C, its clock for the time
+budget), and draw different dropout masks (:func:`rank_seed`).
 """
 
 from __future__ import annotations
@@ -47,10 +27,7 @@ from transformer_book.utils import device_name
 
 @dataclass(frozen=True)
 class Context:
-    """Where this process stands: its rank among ``world_size`` processes.
-
-    ``Context()`` (rank 0 of 1) is a single process, with no process group.
-    """
+    """Where this process stands: its rank among ``world_size`` (``Context()``: one process)."""
 
     rank: int = 0  # global rank, 0 .. world_size - 1
     world_size: int = 1  # processes in the run (torchrun: nnodes * nproc_per_node)
@@ -63,18 +40,14 @@ class Context:
 
     @property
     def is_main(self) -> bool:
-        """Rank 0: the one process that writes checkpoints and logs, prints and shows progress."""
+        """Rank 0: the one process that writes checkpoints and logs, and prints."""
         return self.rank == 0
 
     # ------------------------------------------------------------------ collectives
     def max(self, *values: float) -> list[float]:
-        """Each value's maximum over the ranks, the same on every rank (one tiny all-reduce, on
-        the CPU, in float64).
-
-        For what each rank reads from its own clock or signals (a time budget, Ctrl-C): every
-        rank must take the same number of steps with the same learning rates, or the replicas
-        would part, or one rank would wait for the others forever.
-        """
+        """Each value's maximum over the ranks (a CPU all-reduce in float64), for what each rank
+        reads alone (its clock, Ctrl-C): all must take the same steps at the same learning
+        rates, or the replicas would part, or one rank would wait for the others forever."""
         if not self.enabled:
             return [float(v) for v in values]
         tensor = torch.tensor(values, dtype=torch.float64)
@@ -123,13 +96,8 @@ TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
 
 
 def from_environment() -> Context:
-    """The :class:`Context` that ``torchrun`` describes in the environment; single-process
-    when it sets nothing (e.g. ``python -m transformer_book train``).
-
-    Raises:
-        ValueError: some of RANK, WORLD_SIZE, LOCAL_RANK are set but not all, or not integers
-            in range.
-    """
+    """The :class:`Context` that ``torchrun`` describes in the environment (single-process
+    when it sets nothing); ValueError when its variables are incomplete or out of range."""
     given = {k: os.environ.get(k) for k in TORCHRUN_VARS}
     if not any(given.values()):
         return Context()
@@ -156,9 +124,8 @@ def current() -> Context:
 
 
 def device_for(ctx: Context, requested: str | None) -> str:
-    """The device of this rank. Several processes: any CUDA device (or the default, on a CUDA
-    machine) becomes ``cuda:LOCAL_RANK``, one GPU per process on each machine, since two
-    processes cannot share one GPU under NCCL; anything else is kept (e.g. ``cpu``)."""
+    """The device of this rank: with several processes, CUDA becomes ``cuda:LOCAL_RANK`` (NCCL
+    needs one GPU per process); anything else is kept (e.g. ``cpu``)."""
     choice = device_name(requested)
     if ctx.enabled and torch.device(choice).type == "cuda":
         return f"cuda:{ctx.local_rank}"
@@ -178,9 +145,7 @@ def init(ctx: Context, device: str | torch.device) -> None:
 
 
 def data_parallel(model: nn.Module, ctx: Context, device: torch.device) -> nn.Module:
-    """The module a training step runs: ``model`` itself for one process, else ``model`` in
-    ``DistributedDataParallel``, which averages the replicas' gradients at each backward pass
-    (the last one of a step)."""
+    """``model`` itself for one process, else ``model`` in ``DistributedDataParallel``."""
     if not ctx.enabled:
         return model
     from torch.nn.parallel import DistributedDataParallel
@@ -193,9 +158,8 @@ RANK_SEED = 1_000_003  # rank r seeds its dropout with seed + r * this (a prime,
 
 
 def rank_seed(seed: int, rank: int, step: int = 0) -> int:
-    """The seed of rank ``rank``'s dropout: every rank draws its own masks (the same seed on
-    every rank would give batches of one shape the same masks). After a resume at ``step``,
-    ranks other than 0 draw anew (the checkpoint holds rank 0's generator)."""
+    """The seed of rank ``rank``'s dropout, so that each draws its own masks; after a resume at
+    ``step``, ranks other than 0 draw anew (the checkpoint holds rank 0's generator)."""
     return seed + RANK_SEED * rank + step
 
 
@@ -211,20 +175,11 @@ def shutdown() -> None:
 
 
 def shard_steps(num_batches: int, start: int, per_step: int, ctx: Context) -> list[tuple[range, list[int]]]:
-    """The optimiser steps of the rest of an epoch, and this rank's batches in each.
-
-    Args:
-        num_batches: batches in the epoch.
-        start: global batch index to begin at (``Trainer.batch_in_epoch``).
-        per_step: batches per optimiser step, over all ranks (``world_size * accumulate``).
-        ctx: this rank.
-
-    Returns:
-        One ``(group, mine)`` per step: ``group`` the consecutive batch positions the step
-        consumes (the last group of an epoch may be shorter), ``mine`` this rank's positions in
-        it, every ``world_size``-th from ``rank``. ``mine`` is empty when a short last group has
-        fewer batches than ranks.
-    """
+    """The optimiser steps of an epoch's ``num_batches`` from ``start`` on (the global
+    ``Trainer.batch_in_epoch``), ``per_step`` batches each over all ranks: one ``(group, mine)``
+    per step, ``group`` the consecutive positions it consumes (the last may be shorter),
+    ``mine`` this rank's, every ``world_size``-th from ``rank`` (empty when a short last group
+    has fewer batches than ranks)."""
     if per_step < ctx.world_size or per_step % ctx.world_size:
         raise ValueError(f"per_step={per_step} must be a multiple of world_size={ctx.world_size}")
     steps = []
@@ -235,12 +190,10 @@ def shard_steps(num_batches: int, start: int, per_step: int, ctx: Context) -> li
 
 
 def token_shares(tokens: Sequence[int], group_tokens: int, world_size: int) -> list[float]:
-    """Loss multipliers of a rank's batches, so that DDP's averaged gradient equals the
-    gradient of the mean loss per target token over the whole step.
-
-    Each batch's loss is a mean over its ``tokens[i]`` target tokens; ``tokens[i] /
-    group_tokens`` turns it into its part of the step's mean, and ``* world_size`` undoes DDP's
-    division by the number of ranks. One batch on one process gets exactly 1.0.
+    """Loss multipliers of a rank's batches, so that DDP's averaged gradient is the gradient of
+    the mean loss per target token over the whole step: ``tokens[i] / group_tokens`` makes batch
+    ``i``'s mean its part of the step's, ``* world_size`` undoes DDP's division by the ranks.
+    Every rank knows every batch's tokens (on the host): no communication. One batch alone: 1.0.
     """
     if group_tokens <= 0:
         raise ValueError(f"a step needs target tokens, got {group_tokens}")
@@ -260,14 +213,9 @@ class PlannedStep:
 def plan_steps(target_tokens: Sequence[int], start: int, accumulate: int,
                ctx: Context) -> list[PlannedStep]:
     """The steps of the rest of an epoch, from batch ``start`` on (:func:`shard_steps`), with the
-    loss shares of this rank's batches (:func:`token_shares`).
-
-    Args:
-        target_tokens: the target tokens of every batch of the epoch, in order.
-        accumulate: batches per step and rank.
-
-    A rank left without a batch by a short last group trains on the group's first batch with
-    share 0: it must still take part in DDP's all-reduce.
+    loss shares of this rank's batches (:func:`token_shares`); ``target_tokens``: every batch's,
+    in order; ``accumulate``: batches per step and rank. A rank left without a batch by a short
+    last group trains on the group's first with share 0: it must still join DDP's all-reduce.
     """
     plan = []
     for group, mine in shard_steps(len(target_tokens), start, ctx.world_size * accumulate, ctx):

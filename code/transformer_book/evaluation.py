@@ -1,11 +1,5 @@
-"""Evaluation (Sec. 6.1 of the paper): translating raw sentences and scoring them with BLEU;
-and the validation loss a training run reports.
-
-- :func:`translate`: tokenise, batch by length, greedy or beam search (beam 4, length penalty
-  alpha = 0.6 in the paper), detokenise.
-- :func:`corpus_bleu`: sacreBLEU's corpus BLEU, with the signature that says how it was computed.
-- :func:`mean_loss`: cross-entropy per target token over a set of batches (validation).
-"""
+"""Evaluation (Sec. 6.1 of the paper): translating raw sentences (:func:`translate`), scoring
+them with BLEU (:func:`corpus_bleu`); and the validation loss (:func:`mean_loss`)."""
 
 from __future__ import annotations
 
@@ -25,11 +19,9 @@ def mean_loss(model: nn.Module, batches: Iterable[tuple[Batch, Batch]], *, pad_i
     """Mean cross-entropy (no label smoothing, nats per target token) of ``model`` over
     ``(host batch, device batch)`` pairs (e.g. from :func:`~transformer_book.batching.device_batches`).
 
-    The sum stays on the device (in float64, as a Python float would hold it; float32 on MPS)
-    and the target tokens are counted on the host copies: one read at the end. ``ranks``: a
-    :class:`~transformer_book.distributed.Context` whose ranks each evaluated a share of the
-    batches; their sums are added up, so every rank returns the same number (every rank must
-    call it).
+    The sum stays on the device (float64; float32 on MPS), the tokens are counted on the host:
+    one read at the end. ``ranks``: a :class:`~transformer_book.distributed.Context` whose ranks
+    each evaluated a share; every rank must call it, and all return the same number.
     """
     device = next(model.parameters()).device
     model.eval()
@@ -53,14 +45,10 @@ def source_token_limit(model: nn.Module, max_tokens: int) -> int:
 
 
 def decode_memory_bytes(config, src_len: int, beam_size: int, sentences: int = 1) -> int:
-    """A rough upper estimate of the memory that decoding ``sentences`` sources of ``src_len``
-    tokens with ``beam_size`` beams needs (float32): per beam, the encoder output and the
-    cached keys and values of every decoder layer (self-attention over the output so far,
-    cross-attention over the source), counted twice because reordering beams copies the cache,
-    plus a few rows of vocabulary-sized scores.
-
-    The output may grow to ``src_len + 50`` tokens (Sec. 6.1), capped by ``max_len``.
-    """
+    """A rough upper estimate of the bytes decoding ``sentences`` sources of ``src_len`` tokens
+    with ``beam_size`` beams needs (float32), for an output of up to ``src_len + 50`` tokens
+    (Sec. 6.1) capped by ``max_len``. The cached keys and values count twice: reordering beams
+    copies them."""
     out_len = min(src_len + 50, config.max_len - 1)
     per_beam = (
         config.d_model * src_len  # encoder output

@@ -1,15 +1,6 @@
-"""Files the package writes and reads: atomic writes, and UTF-8 text read line by line (not in
-the paper: the plumbing under checkpoints, tokenizer caches and corpora).
-
-- :func:`atomic_write`: checkpoints, cached tokenizers and JSON records are written to a
-  temporary file in the same folder, synced to disk, then moved over the target with
-  ``os.replace``. A crash or a full disk mid-write leaves the previous file intact, never a
-  truncated one, and no temporary file behind.
-- :func:`utf8_lines`: the lines of UTF-8 text (Multi30k's files, your own parallel files,
-  standard input, run records), each without its line end; a byte that is not UTF-8 raises
-  :class:`NotUTF8Error` naming the line and column (or is replaced, if asked).
-- :class:`DirectoryLock`: an OS lock that keeps two training runs out of one folder.
-"""
+"""Files the package writes and reads (not in the paper): atomic writes (:func:`atomic_write`),
+UTF-8 text line by line (:func:`utf8_lines`), and a lock that keeps two training runs out of one
+folder (:class:`DirectoryLock`)."""
 
 from __future__ import annotations
 
@@ -31,13 +22,10 @@ def atomic_write(path: str | os.PathLike) -> Iterator[BinaryIO]:
     """A binary file to write ``path`` through; it replaces ``path`` only once complete.
 
     The temporary file (``.NAME.PID.RANDOM.tmp`` beside ``path``, the folder created if
-    missing) gets mode 0o666 minus the umask, like any file the user creates (so a
-    group-readable umask gives a group-readable file), and is synced to disk before
+    missing) gets mode 0o666 minus the umask, like any new file, and is synced to disk before
     ``os.replace`` moves it over ``path``. If anything fails, or the block raises (Ctrl-C
-    included), the temporary file is removed and ``path`` keeps its previous content.
-
-    Raises:
-        OSError: the folder or the file cannot be created or written (callers name the cause).
+    included), the temporary file is removed and ``path`` keeps its previous content; an
+    OSError goes to the caller, who names the cause.
     """
     path = Path(path)
     tmp = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
@@ -57,8 +45,7 @@ def atomic_write(path: str | os.PathLike) -> Iterator[BinaryIO]:
 
 
 def write_json(path: str | os.PathLike, data) -> None:
-    """``data`` as indented JSON (one space, a final newline), written through
-    :func:`atomic_write`: a run cut short leaves the previous file, never half a one."""
+    """``data`` as indented JSON (one space, a final newline), through :func:`atomic_write`."""
     with atomic_write(path) as f:
         f.write((json.dumps(data, indent=1) + "\n").encode())
 
@@ -77,13 +64,7 @@ class DirectoryLockedError(RuntimeError):
 
 
 class NotUTF8Error(ValueError):
-    """A line holds a byte that is not UTF-8.
-
-    Attributes:
-        line: the line's number, from 1.
-        column: the byte's position in the line, from 1.
-        byte: the byte's value.
-    """
+    """A line holds a byte that is not UTF-8: ``line`` and ``column`` (from 1), ``byte``."""
 
     def __init__(self, line: int, column: int, byte: int):
         super().__init__(f"line {line}: byte {byte:#04x} at column {column} is not UTF-8")
@@ -92,19 +73,10 @@ class NotUTF8Error(ValueError):
 
 def utf8_lines(lines: Iterable[bytes], *, errors: str = "strict",
                replaced: Callable[[int], None] | None = None) -> Iterator[str]:
-    """Decode lines of bytes (e.g. a file opened in binary mode) as UTF-8.
-
-    Each line loses its line end (``\\n`` or ``\\r\\n``) and nothing else: spaces, tabs and
-    no-break spaces stay. A byte-order mark at the start of the first line is dropped.
-
-    Args:
-        lines: byte strings, each one line with or without its line end.
-        errors: ``"strict"``: raise :class:`NotUTF8Error` at the first bad byte;
-            ``"replace"``: such bytes become U+FFFD and ``replaced(line_number)`` is called.
-
-    Raises:
-        NotUTF8Error: with ``errors="strict"``, naming the line and column of the bad byte.
-    """
+    """Decode lines of bytes (e.g. a file opened in binary mode) as UTF-8, each without its
+    line end (``\\n`` or ``\\r\\n``) and nothing else stripped; a leading byte-order mark is
+    dropped. ``errors="strict"``: :class:`NotUTF8Error` at the first bad byte; ``"replace"``:
+    such bytes become U+FFFD and ``replaced(line_number)`` is called."""
     if errors not in ("strict", "replace"):
         raise ValueError(f"errors must be 'strict' or 'replace', got {errors!r}")
     for number, raw in enumerate(lines, start=1):
@@ -127,13 +99,10 @@ def utf8_lines(lines: Iterable[bytes], *, errors: str = "strict",
 class DirectoryLock:
     """An exclusive OS lock on ``folder/.lock`` for as long as a training run writes there.
 
-    It uses ``fcntl.flock`` (Linux, macOS) or ``msvcrt.locking`` (Windows). The OS releases
-    the lock when the process ends in any way, ``kill -9`` included, so a stale lock file
-    never blocks a later run. (On network file systems, ``flock`` may only see processes of
-    the same machine.)
-
-    Raises:
-        DirectoryLockedError: from :meth:`acquire`, when another process holds the lock.
+    ``fcntl.flock`` (Linux, macOS) or ``msvcrt.locking`` (Windows): the OS releases it when the
+    process ends in any way, ``kill -9`` included, so a stale lock file never blocks a later run
+    (on network file systems, ``flock`` may only see processes of the same machine).
+    :meth:`acquire` raises DirectoryLockedError when another process holds the lock.
     """
 
     def __init__(self, folder: str | os.PathLike):

@@ -1,13 +1,6 @@
 """A Hugging Face translation dataset as the corpus, streamed: the way to train on the paper's
-own data, WMT 2014 (Sec. 5.1), instead of Multi30k. Needs the optional ``datasets`` package
+own data, WMT 2014 (Sec. 5.1). Needs the optional ``datasets`` package
 (``pip install 'transformer-book[hf]'``).
-
-``hf_translation_pairs("wmt14", "de-en")`` gives the (source, target) pairs of a split as a
-:class:`PairStream`, read afresh on every pass and never held all at once, so a corpus of
-millions of pairs fits; the tokenizer learns from the stream and
-:func:`~transformer_book.corpus.prepare_corpus` tokenises it chunk by chunk. Every way the
-dataset can be wrong (not installed, no such dataset or split, no such languages) stops with
-one :class:`~transformer_book.data.CorpusError` saying what to do.
 """
 
 from __future__ import annotations
@@ -23,16 +16,8 @@ HF_INSTALL = "pip install 'transformer-book[hf]'"
 
 
 class PairStream:
-    """(source, target) pairs read afresh on every pass, never all held at once.
-
-    Args:
-        open_pairs: a function returning a new iterator over the pairs.
-        name: shown in errors, e.g. ``"wmt14 de-en, split train"``.
-        src_lang, tgt_lang: language codes.
-
-    Raises (while iterating):
-        CorpusError: a pass yields no pair at all.
-    """
+    """(source, target) pairs, ``open_pairs()`` read afresh on every pass, never all held at
+    once; ``name`` is shown in errors. A pass that yields no pair raises CorpusError."""
 
     def __init__(self, open_pairs: Callable[[], Iterable[tuple[str, str]]], *, name: str,
                  src_lang: str = "src", tgt_lang: str = "tgt"):
@@ -62,11 +47,7 @@ def _import_datasets():
 
 def languages(config: str | None, src_lang: str | None, tgt_lang: str | None) -> tuple[str, str]:
     """The (source, target) language keys: those given, else the config's (``"de-en"``: German
-    -> English).
-
-    Raises:
-        CorpusError: a key is missing and the config does not name two languages.
-    """
+    -> English); CorpusError when a key is missing and the config names no two languages."""
     if src_lang and tgt_lang:
         return src_lang, tgt_lang
     parts = (config or "").split("-")
@@ -133,24 +114,18 @@ def hf_translation_pairs(dataset: str, config: str | None = None, *, split: str 
     """The (source, target) pairs of a Hugging Face translation dataset, streamed.
 
     ``hf_translation_pairs("wmt14", "de-en")`` reads rows like
-    ``{"translation": {"de": ..., "en": ...}}`` (or rows with a ``"de"`` and an ``"en"``
-    column) with ``datasets.load_dataset(..., streaming=True)``: nothing is downloaded ahead and
-    no row is kept after it is read, so a corpus of millions of pairs fits. ``dataset`` may also
-    be a local folder: one written by ``Dataset.save_to_disk`` / ``DatasetDict.save_to_disk``
-    (read memory-mapped with ``datasets.load_from_disk``), or one of data files that
-    ``load_dataset`` understands (e.g. ``train.jsonl``, ``validation.jsonl``).
+    ``{"translation": {"de": ..., "en": ...}}`` (or with a ``"de"`` and an ``"en"`` column),
+    never all held at once. ``dataset`` may also be a local folder: written by ``save_to_disk``
+    (read memory-mapped), or of data files ``load_dataset`` reads (e.g. ``train.jsonl``).
 
     Args:
-        dataset, config: as ``datasets.load_dataset`` takes them, e.g. ``"wmt14"``, ``"de-en"``.
-        split: e.g. ``"train"``, ``"validation"``.
-        src_lang, tgt_lang: the source and target keys; by default read from a config such as
-            ``"de-en"`` (German -> English).
+        dataset, config, split: as ``datasets.load_dataset`` takes them (``"wmt14"``, ``"de-en"``).
+        src_lang, tgt_lang: the source and target keys (default: from a config like ``"de-en"``).
         streaming: False downloads and caches the whole split first (``datasets``' default).
 
     Raises:
-        CorpusError: ``datasets`` is not installed, the dataset or split cannot be loaded
-            (raised at once), or its rows do not hold the two languages (raised while
-            iterating); each in one line, what to do named.
+        CorpusError: ``datasets`` is missing, the dataset or split cannot be loaded (at once),
+            or its rows do not hold the two languages (while iterating).
     """
     datasets = _import_datasets()
     src, tgt = languages(config, src_lang, tgt_lang)

@@ -1,11 +1,8 @@
 """Sec. 3.1 and 3.3: the building blocks of Figure 1, and the encoder and decoder stacks.
 
-Every sub-layer (attention or feed-forward) is wrapped in a residual connection and a LayerNorm,
-"Add & Norm": the paper's post-norm LayerNorm(x + Dropout(Sublayer(x))) by default, or the later
-pre-norm x + Dropout(Sublayer(LayerNorm(x))) with ``norm_first=True`` (then the stacks end with
-one more LayerNorm, as ``nn.Transformer`` does). Layers of a stack share no weights.
-
-Attention weights are returned when asked for (``need_weights=True``), never stored on modules.
+Every sub-layer is wrapped in "Add & Norm" (:class:`SublayerConnection`), post-norm as in the
+paper or pre-norm with ``norm_first=True``. Attention weights are returned when asked for
+(``need_weights=True``), never stored on modules.
 """
 
 from __future__ import annotations
@@ -20,8 +17,6 @@ from transformer_book.config import TransformerConfig
 
 class PositionwiseFeedForward(nn.Module):
     """Eq. (2), Sec. 3.3: FFN(x) = max(0, x W_1 + b_1) W_2 + b_2, applied to each position alone.
-
-    It mixes features within a position and never across positions (attention does that).
 
     Args:
         d_model: input and output width (512 in the paper).
@@ -45,8 +40,8 @@ class PositionwiseFeedForward(nn.Module):
 class SublayerConnection(nn.Module):
     """Sec. 3.1 and 5.4, "Add & Norm": LayerNorm(x + Dropout(Sublayer(x))).
 
-    With ``norm_first=True`` (not the paper's choice; see Xiong et al. 2020) it computes
-    x + Dropout(Sublayer(LayerNorm(x))) instead, which keeps an unnormalised residual path.
+    With ``norm_first=True`` (pre-norm, Xiong et al. 2020; chapter 5) it computes
+    x + Dropout(Sublayer(LayerNorm(x))) instead.
 
     Args:
         d_model: width D of x.
@@ -67,11 +62,8 @@ class SublayerConnection(nn.Module):
         self.residual = True
 
     def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
-        """Apply ``sublayer`` (a function of a (B, L, D) tensor) with residual and LayerNorm.
-
-        Shape:
-            x (B, L, D) -> (B, L, D)
-        """
+        """Apply ``sublayer`` (a function of a (B, L, D) tensor) with residual and LayerNorm;
+        x (B, L, D) -> (B, L, D)."""
         if self.norm_first:
             out = self.dropout(sublayer(self.norm(x)))
             return x + out if self.residual else out
@@ -121,13 +113,9 @@ class EncoderLayer(nn.Module):
     def forward(
         self, x: Tensor, src_mask: Tensor | None = None, need_weights: bool = False
     ) -> tuple[Tensor, Tensor | None]:
-        """Args: x the source representation, src_mask the source padding mask.
+        """x (B, S, D), the source; src_mask, its padding mask, broadcastable to (B, H, S, S).
 
-        Returns:
-            ``(x, weights)``, weights (B, H, S, S) if ``need_weights`` else None.
-
-        Shape:
-            x (B, S, D), src_mask broadcastable to (B, H, S, S) -> (B, S, D)
+        Returns ``(x (B, S, D), weights (B, H, S, S) if need_weights else None)``.
         """
         weights = None
 
@@ -142,11 +130,8 @@ class EncoderLayer(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    """Sec. 3.1, decoder: masked self-attention, encoder-decoder attention (queries from the
-    decoder, keys and values from the encoder output, Sec. 3.2.3), then the feed-forward network,
-    each wrapped in Add & Norm.
-
-    Same arguments as :class:`EncoderLayer`.
+    """Sec. 3.1, decoder: masked self-attention, encoder-decoder attention (Sec. 3.2.3), then the
+    feed-forward network, each wrapped in Add & Norm. Same arguments as :class:`EncoderLayer`.
     """
 
     def __init__(
@@ -184,8 +169,8 @@ class DecoderLayer(nn.Module):
         cross_cache: KVCache | None = None,
     ) -> tuple[Tensor, Tensor | None, Tensor | None]:
         """Args:
-            x: the target representation (only the new positions when caching).
-            memory: the encoder output (may be None once ``cross_cache`` is filled).
+            x: the target representation (B, T, D) (only the new positions when caching).
+            memory: the encoder output (B, S, D) (may be None once ``cross_cache`` is filled).
             src_mask: source padding mask, broadcastable to (B, H, T, S).
             tgt_mask: causal & target padding mask, broadcastable to (B, H, T, T_total).
             need_weights: also return both attention maps.
@@ -193,11 +178,8 @@ class DecoderLayer(nn.Module):
                 (``cross_cache`` must be ``static``).
 
         Returns:
-            ``(x, self_weights (B, H, T, T_total), cross_weights (B, H, T, S))``, the weights
-            None unless ``need_weights``.
-
-        Shape:
-            x (B, T, D), memory (B, S, D) -> (B, T, D)
+            ``(x (B, T, D), self_weights (B, H, T, T_total), cross_weights (B, H, T, S))``, the
+            weights None unless ``need_weights``.
         """
         self_weights = cross_weights = None
 
@@ -242,11 +224,8 @@ def _layer_kwargs(config: TransformerConfig) -> dict:
 
 
 class Encoder(nn.Module):
-    """Sec. 3.1: a stack of N identical (not weight-sharing) encoder layers.
-
-    With ``config.norm_first`` the stack ends with a LayerNorm, since pre-norm layers leave
-    their output unnormalised.
-    """
+    """Sec. 3.1: a stack of N identical (not weight-sharing) encoder layers; it ends with a
+    LayerNorm when ``config.norm_first`` (pre-norm layers leave their output unnormalised)."""
 
     def __init__(self, config: TransformerConfig):
         super().__init__()
@@ -260,12 +239,8 @@ class Encoder(nn.Module):
     def forward(
         self, x: Tensor, src_mask: Tensor | None = None, need_weights: bool = False
     ) -> tuple[Tensor, list[Tensor]]:
-        """Returns ``(memory, weights)``: weights is a list of (B, H, S, S), one per layer, empty
-        unless ``need_weights``.
-
-        Shape:
-            x (B, S, D) -> memory (B, S, D)
-        """
+        """x (B, S, D) -> ``(memory (B, S, D), weights)``: one (B, H, S, S) per layer, empty
+        unless ``need_weights``."""
         all_weights = []
         for layer in self.layers:
             x, weights = layer(x, src_mask, need_weights)  # (B, S, D)
@@ -298,15 +273,9 @@ class Decoder(nn.Module):
         need_weights: bool = False,
         caches: list[tuple[KVCache, KVCache]] | None = None,
     ) -> tuple[Tensor, list[Tensor], list[Tensor]]:
-        """Args: as :meth:`DecoderLayer.forward`; ``caches`` holds one (self, cross) pair of
-        :class:`KVCache` per layer.
-
-        Returns:
-            ``(x, self_weights, cross_weights)``: lists of (B, H, T, T_total) and (B, H, T, S),
-            one per layer, empty unless ``need_weights``.
-
-        Shape:
-            x (B, T, D), memory (B, S, D) -> (B, T, D)
+        """Arguments as :meth:`DecoderLayer.forward`; ``caches``: one (self, cross) pair of
+        :class:`KVCache` per layer. Returns ``(x (B, T, D), self_weights, cross_weights)``, lists
+        of (B, H, T, T_total) and (B, H, T, S), one per layer, empty unless ``need_weights``.
         """
         if caches is not None and len(caches) != len(self.layers):
             raise ValueError(

@@ -1,8 +1,5 @@
-"""Sec. 5.4: the loss, cross-entropy against label-smoothed targets (eps_ls = 0.1).
-
-:func:`label_smoothing_loss` is the loss the training step minimises (per target token,
-padding excluded) and, with ``smoothing=0``, the plain cross-entropy that validation reports;
-:func:`smoothed_loss_floor` is the lowest value the smoothed loss can reach.
+"""Sec. 5.4: the loss, cross-entropy against label-smoothed targets (eps_ls = 0.1); with
+``smoothing=0``, the plain cross-entropy that validation reports.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """Sec. 3.2.3: the two masks of the Transformer, and the check every attention call runs on them.
 
-Convention used throughout the book (the same as ``torch.nn.functional.scaled_dot_product_attention``):
-a mask is a **boolean** tensor, ``True`` = this query may attend to this key, broadcastable to the
-attention scores' shape (B, H, L, S). Masks are combined with ``&``.
-
+A mask is a **boolean** tensor, ``True`` = this query may attend to this key (as in PyTorch's
+SDPA), broadcastable to the scores' shape (B, H, L, S); masks combine with ``&``.
 ``torch.nn.MultiheadAttention`` and ``torch.nn.Transformer`` use the opposite meaning
-(``True`` = blocked); invert with ``~`` only at the boundary with them.
+(``True`` = blocked): invert with ``~`` at the boundary with them.
 """
 
 from __future__ import annotations
@@ -15,10 +13,8 @@ from torch import Tensor
 
 
 def padding_mask(tokens: Tensor, pad_id: int) -> Tensor:
-    """A mask that hides padding tokens from every query (Sec. 3.2.3's mechanism).
-
-    The paper does not mention padding; masking it out the way Sec. 3.2.3 masks the future is
-    how implementations handle it.
+    """A mask that hides padding tokens from every query (the paper does not mention padding;
+    implementations mask it with Sec. 3.2.3's mechanism).
 
     Args:
         tokens: integer token ids, right- or left-padded with ``pad_id``.
@@ -69,11 +65,8 @@ def causal_mask(
 def check_mask_shape(
     mask: Tensor | None, target_shape: tuple[int, ...], name: str = "attn_mask"
 ) -> None:
-    """Raise a clear error unless ``mask`` is None or a boolean tensor broadcastable to ``target_shape``.
-
-    Broadcastable means: the mask has at most as many dimensions as the target, and each of its
-    (right-aligned) dimensions is 1 or equal to the target's. The mask never enlarges the target.
-    """
+    """Raise a clear error unless ``mask`` is None or a boolean tensor broadcastable to
+    ``target_shape`` without enlarging it (each right-aligned dimension 1 or the target's)."""
     if mask is None:
         return
     if not isinstance(mask, Tensor):

@@ -1,8 +1,5 @@
 """Sec. 3, Figure 1: the encoder-decoder Transformer, assembled from the package's pieces.
 
-src tokens -> embedding * sqrt(d_model) + positions -> Encoder -> memory
-tgt tokens -> embedding * sqrt(d_model) + positions -> Decoder(memory) -> linear -> logits
-
 The model returns logits; the softmax of Figure 1 lives in the loss (cross-entropy) and in
 decoding (log-softmax), where it is numerically safer.
 """
@@ -26,11 +23,9 @@ from transformer_book.recurrent import RecurrentTranslator
 
 @dataclass
 class DecoderCache:
-    """Everything incremental decoding reuses between steps (Sec. 3.1: the decoder is
-    auto-regressive, so step t recomputes nothing of steps < t).
-
-    Create one with :meth:`Transformer.new_cache` and pass it to every :meth:`Transformer.decode`
-    call of one decoding run; it is updated in place.
+    """Everything incremental decoding reuses between steps. Create one with
+    :meth:`Transformer.new_cache` and pass it to every :meth:`Transformer.decode` call of one
+    decoding run; it is updated in place.
     """
 
     layers: list[tuple[KVCache, KVCache]]  # per decoder layer: (self-attention, cross-attention)
@@ -57,14 +52,10 @@ class Transformer(nn.Module):
     * ``config.share_embeddings``: source and target share one embedding matrix; with
       ``config.tie_output`` the pre-softmax linear layer (``generator``, no bias) reuses the
       target embedding matrix (Sec. 3.4, after Press and Wolf 2017).
-    * Weight matrices are initialised Xavier-uniform (as the Annotated Transformer does; the
-      paper does not state its initialisation); biases and LayerNorm keep PyTorch's defaults.
-      With ``config.embed_init="normal"`` the embedding matrix is drawn from N(0, d_model^-0.5)
-      instead, as in the paper's code (tensor2tensor): the scaled embedding then has RMS 1,
-      above the sinusoids' ~0.71, where Xavier leaves it at ~0.25 for d_model 256, V 8000.
-
-    Args:
-        config: the hyperparameters.
+    * Weight matrices are initialised Xavier-uniform (the paper does not state its
+      initialisation); biases and LayerNorm keep PyTorch's defaults. With
+      ``config.embed_init="normal"`` the embeddings are drawn from N(0, d_model^-0.5) instead,
+      as in the paper's code (tensor2tensor; chapters/lab_b_embedding_scale.ipynb).
     """
 
     def __init__(self, config: TransformerConfig):
@@ -182,10 +173,9 @@ class Transformer(nn.Module):
     ) -> Tensor:
         """Sec. 3.1: run the decoder over target positions, attending to the encoder memory.
 
-        Without a cache, ``tgt`` is the whole target prefix (starting with BOS) and the logits
-        of every position are returned. With a cache (from :meth:`new_cache`), ``tgt`` holds only
-        the positions the cache has not seen yet (usually one token per step); their keys and
-        values are added to the cache and only their logits are returned. Both ways give the
+        Without a cache, ``tgt`` is the whole target prefix (starting with BOS). With a cache
+        (from :meth:`new_cache`), ``tgt`` holds only the positions the cache has not seen yet
+        (usually one token per step), and only their logits are returned. Both ways give the
         same logits for the same positions.
 
         Args:
@@ -247,8 +237,6 @@ class Transformer(nn.Module):
 
 
 def build_model(config) -> nn.Module:
-    """A new model for ``config``: a :class:`Transformer` for a
-    :class:`~transformer_book.config.TransformerConfig`, a
-    :class:`~transformer_book.recurrent.RecurrentTranslator` for a
-    :class:`~transformer_book.config.RecurrentConfig`."""
+    """A new model for ``config``: a :class:`Transformer`, or for a ``RecurrentConfig`` a
+    :class:`~transformer_book.recurrent.RecurrentTranslator`."""
     return RecurrentTranslator(config) if isinstance(config, RecurrentConfig) else Transformer(config)

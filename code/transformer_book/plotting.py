@@ -1,15 +1,7 @@
 """Figures the chapters share: attention heat maps (matplotlib/seaborn) and interactive attention
-charts (altair).
-
-Only the chapters import this module; nothing else in the package does, so the model code never
-depends on a plotting library. Sections:
-
-- static heat maps: :func:`plot_attention`, :func:`plot_attention_heads`, :func:`plot_mask`
-- interactive charts: :func:`attention_chart`
-
-Every function takes tensors or arrays as they come out of the model (on any device, with or
-without gradients) and returns the matplotlib ``Axes``/``Figure`` or the ``alt.Chart`` it drew, so
-a chapter can add to it before showing it.
+charts (altair). Only the chapters import this module, so the model code never depends on a
+plotting library. Every function takes tensors (any device, with or without gradients) or arrays
+and returns the ``Axes``, ``Figure`` or ``alt.Chart`` it drew, for a chapter to add to.
 """
 
 from __future__ import annotations
@@ -48,10 +40,8 @@ def _labels(labels: Sequence[str] | None, n: int, what: str) -> list[str]:
 
 
 def _unique_labels(labels: Sequence[str]) -> list[str]:
-    """Labels made unique by prefixing the position when a token repeats ("3 the").
-
-    Categorical chart axes merge equal labels, which would sum two rows of a map into one.
-    """
+    """Labels made unique by prefixing the position when a token repeats ("3 the"): categorical
+    chart axes merge equal labels, which would sum two rows of a map into one."""
     labels = [str(t) for t in labels]
     if len(set(labels)) == len(labels):
         return labels
@@ -88,9 +78,6 @@ def plot_attention(
         vmax: top of the colour scale (1 for weights); ``None`` scales to the data.
         cbar: draw the colour bar.
         cmap: matplotlib colour map.
-
-    Returns:
-        The axes drawn on.
     """
     w = _to_numpy(weights)
     if w.ndim != 2:
@@ -143,9 +130,6 @@ def plot_attention_heads(
         ncols: panels per row.
         head_titles: one title per panel; "head 0", "head 1", ... when omitted.
         panel_size: inches per panel.
-
-    Returns:
-        The figure.
     """
     w = _to_numpy(weights)
     if w.ndim != 3:
@@ -194,9 +178,6 @@ def plot_mask(
         x_labels, y_labels: key and query tokens, as in :func:`plot_attention`.
         ax: axes to draw on; a new figure when omitted.
         title: axes title.
-
-    Returns:
-        The axes drawn on.
     """
     m = _to_numpy(mask)
     if m.dtype != bool:
@@ -235,9 +216,8 @@ def attention_chart(
     cell_size: int = 28,
     decimals: int = 3,
 ) -> alt.Chart:
-    """Interactive attention heat map with a head slider (and a layer slider for 4-D input).
-
-    Hovering a cell shows the query token, the key token and the weight.
+    """Interactive attention heat map with a head slider (and a layer slider for 4-D input);
+    hovering a cell shows the query token, the key token and the weight.
 
     Args:
         weights: attention weights of shape (H, L, S) for one layer, or (N, H, L, S) for N

@@ -1,9 +1,6 @@
-"""Sec. 3.5: positional encodings, added to the token embeddings so that attention can see order.
-
-Self-attention is permutation-equivariant: shuffling the input tokens shuffles the outputs the
-same way. The paper adds a fixed sinusoidal vector to each embedding (default here); learned
-position embeddings (Table 3, row E, after Gehring et al. 2017) are the config flag
-``learned_positions``.
+"""Sec. 3.5: positional encodings, added to the token embeddings so that attention can see order
+(chapter 6): the paper's fixed sinusoids (the default), or learned embeddings (Table 3, row E;
+``TransformerConfig.learned_positions``).
 """
 
 from __future__ import annotations
@@ -15,21 +12,15 @@ from torch import Tensor, nn
 def sinusoidal_table(max_len: int, d_model: int) -> Tensor:
     """Sec. 3.5: PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(same angle).
 
-    Each pair of dimensions is a sinusoid; the wavelengths grow geometrically from 2*pi to
-    2*pi * 10000^((d_model - 2) / d_model) (the paper's "10000 * 2*pi" is the limit for large
-    d_model). Dimensions are interleaved as in the formula (sin, cos, sin, ...); Tensor2Tensor
-    concatenates [sin | cos], a fixed permutation of the columns. Computed in float64 and
-    returned as float32.
+    Dimensions are interleaved as in the formula (sin, cos, sin, ...; Tensor2Tensor concatenates
+    [sin | cos], a permutation of the columns). Computed in float64, returned as float32.
 
     Args:
         max_len: number of positions (rows).
         d_model: embedding width (columns); an odd width drops the last cosine.
 
     Returns:
-        The table, row ``pos`` is the encoding of position ``pos``.
-
-    Shape:
-        (max_len, d_model)
+        The (max_len, d_model) table; row ``pos`` is the encoding of position ``pos``.
     """
     if max_len <= 0 or d_model <= 0:
         raise ValueError(f"max_len and d_model must be positive, got {max_len}, {d_model}")
@@ -76,15 +67,8 @@ class PositionalEncoding(nn.Module):
         self.register_buffer("pe", table, persistent=False)
 
     def forward(self, x: Tensor, offset: int = 0) -> Tensor:
-        """Add PE[offset : offset + L] to x.
-
-        Args:
-            x: embeddings.
-            offset: absolute position of ``x[:, 0]`` (non-zero in incremental decoding).
-
-        Shape:
-            x (B, L, D) -> (B, L, D)
-        """
+        """Add PE[offset : offset + L] to the embeddings x, (B, L, D) -> (B, L, D); ``offset``
+        is the absolute position of ``x[:, 0]`` (non-zero in incremental decoding)."""
         _check_positions(x, self.d_model, offset, self.max_len)
         L = x.shape[1]
         return self.dropout(x + self.pe[offset : offset + L].to(x.dtype))  # (B, L, D)
@@ -105,7 +89,7 @@ class LearnedPositionalEmbedding(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: Tensor, offset: int = 0) -> Tensor:
-        """Add the learned vectors of positions offset .. offset + L - 1. Shape: (B, L, D) -> (B, L, D)."""
+        """Add the learned vectors of positions offset .. offset + L - 1; (B, L, D) -> (B, L, D)."""
         _check_positions(x, self.d_model, offset, self.max_len)
         positions = torch.arange(offset, offset + x.shape[1], device=x.device)  # (L,)
         return self.dropout(x + self.embedding(positions).to(x.dtype))  # (B, L, D)

@@ -1,7 +1,5 @@
 """Mixed precision (chapter 11): which autocast dtype a device trains in, and the autocast
-context the training step and the validation loss run their forward pass under. Autocast runs
-the matrix products in bf16 or fp16; the weights and Adam's moments stay float32.
-"""
+context of the forward pass (the weights and Adam's moments stay float32)."""
 
 from __future__ import annotations
 
@@ -16,10 +14,9 @@ __all__ = ["autocast", "autocast_dtype", "native_cpu_bf16"]
 def autocast(device_type: str, dtype: torch.dtype | None):
     """``torch.autocast`` to ``dtype`` on ``device_type``; a no-op when ``dtype`` is None.
 
-    On a CPU, attention then runs through PyTorch's plain ("math") kernel of
-    ``scaled_dot_product_attention``, matrix products and a softmax: the fused CPU kernel's
-    backward pass is several times slower in bf16 than in float32 (chapter 11 measures it),
-    which would take back much of what bf16 gains in the matrix products.
+    On a CPU, attention then runs through ``scaled_dot_product_attention``'s plain ("math")
+    kernel: the fused CPU kernel's backward pass is several times slower in bf16 than in
+    float32 (chapter 11), which would take back much of what bf16 gains.
     """
     if dtype is None:
         return contextlib.nullcontext()
@@ -36,9 +33,8 @@ def _cpu_autocast(dtype: torch.dtype):
 
 
 def native_cpu_bf16() -> bool:
-    """Whether this CPU has bf16 instructions (x86: AVX512_BF16 or AMX), where bf16 matrix
-    products run about twice as fast as float32 ones; elsewhere bf16 is converted in software
-    and slower than float32. False where PyTorch cannot tell (e.g. ARM)."""
+    """Whether this CPU has bf16 instructions (x86: AVX512_BF16 or AMX); without them bf16 is
+    slower than float32. False where PyTorch cannot tell (e.g. ARM)."""
     checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
     return any(getattr(torch.cpu, name, lambda: False)() for name in checks)
 
@@ -47,10 +43,8 @@ def autocast_dtype(device: torch.device, *, cuda: bool = True,
                    cpu: bool | None = False) -> torch.dtype | None:
     """The autocast dtype for training on ``device``, or None for full precision.
 
-    On CUDA (if ``cuda``): bf16 on GPUs with bf16 units (Ampere and later), fp16 on older GPUs
-    such as Colab's T4 (which then need loss scaling). On the CPU: bf16 if ``cpu`` is True, or
-    if it is None and the CPU has bf16 instructions (:func:`native_cpu_bf16`). Elsewhere
-    (MPS): None.
+    On CUDA (if ``cuda``): bf16 from Ampere on, else fp16 (which needs loss scaling). On the
+    CPU: bf16 if ``cpu`` is True, or if None and :func:`native_cpu_bf16`. Elsewhere: None.
     """
     if device.type == "cpu":
         wanted = native_cpu_bf16() if cpu is None else cpu

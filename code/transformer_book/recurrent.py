@@ -1,10 +1,8 @@
 """Sec. 1 and Table 2: the recurrent translator the Transformer is measured against.
 
-The paper measures the Transformer against "architectures based on recurrent or convolutional
-layers" (Sec. 7; Table 2 lists such systems). :class:`RecurrentTranslator` is a recurrent design
-of that time, each choice backed by the sources below (Britz et al. 2017 compared several on
-WMT English-German), sized for Multi30k and built from chapter 1's pieces. It has the
-Transformer's interface, so that the book's training step, loss, checkpoints, command line,
+:class:`RecurrentTranslator` is a recurrent design of the paper's time, grown from chapter 1's
+pieces and sized for Multi30k; chapter 9 builds it and gives the source of each choice. It has
+the Transformer's interface, so the book's training step, loss, checkpoints, command line,
 greedy decoding and beam search (:mod:`transformer_book.decode`) serve it unchanged:
 
 - ``forward(src, tgt_in) -> logits (B, T, V)``;
@@ -12,49 +10,16 @@ greedy decoding and beam search (:mod:`transformer_book.decode`) serve it unchan
 - ``decode(tgt, memory, src_mask, cache=None) -> logits (B, T, V)``: with a :class:`RecurrentCache`
   from ``new_cache()``, only the new tokens, as the Transformer's key/value cache does.
 
-Each choice, and its source (Britz et al.'s numbers: mean BLEU of their runs on newstest2013,
-their validation set):
+The design: a bidirectional LSTM encoder (Bahdanau et al. 2015); an LSTM decoder with global
+attention and input feeding (Luong et al. 2015; ``input_feeding=False`` runs the whole target
+through the LSTM in one call), additive scores by default; a first decoder state
+tanh(W_s [->h_S; <-h_1]) per layer; one embedding matrix for source, target and output layer;
+dropout on the non-recurrent connections only (Zaremba et al. 2014); parameters uniform in
+[-0.1, 0.1] (Luong et al., Sec. 4.1).
 
-- **LSTM, not GRU.** Britz et al. (2017), on the RNN cell variant: "In our experiments, LSTM
-  cells consistently outperformed GRU cells" (22.22 against 21.78).
-- **A bidirectional encoder.** Bahdanau et al. (2015, Sec. 3.2): "we would like the annotation of
-  each word to summarize not only the preceding words, but also the following words. Hence, we
-  propose to use a bidirectional RNN"; Britz et al. found bidirectional encoders better than
-  unidirectional ones, "but not by a large margin" (Bidi-2 21.78, Uni-2 20.98; Uni-2 reading
-  the source reversed 21.76).
-- **Global attention with input feeding** (Luong et al. 2015, Sec. 3.1 and 3.3): the decoder's
-  current state h_t attends over all encoder states, the attentional vector
-  h~_t = tanh(W_c [c_t; h_t]) (their Eq. 5) feeds the output layer, and "attentional vectors
-  h~_t are concatenated with inputs at the next time steps" (input feeding), worth +1.3 BLEU in
-  their Table 1 (English-German, newstest2014; +1.0 for German-English, Table 3). Britz et al.'s
-  code (google/seq2seq, ``AttentionDecoder``) also sends tanh(W [h_t; c_t]) to the output layer,
-  but passes the context vector c_t, not h~_t, to the next step's input. Input feeding makes
-  each target step wait for the previous one's attention, so the decoder runs one step at a
-  time even in training; ``input_feeding=False`` runs the whole target through the LSTM in one
-  call (chapter 1's ``Seq2Seq`` does that).
-- **Additive scores** (``attention="additive"``, chapter 1's
-  :class:`~transformer_book.rnn.AdditiveAttention`, Bahdanau et al.'s form, scoring the current
-  h_t as Britz et al. do): Britz et al.'s conclusion: "Parameterized additive attention yielded
-  the overall best results" (Add-512 22.47, Mul-512 21.78; at 256 dimensions both 22.33).
-  ``attention="general"`` is Luong et al.'s h_t^T W_a h_s (Luong et al., Sec. 5.3: their concat
-  form, with W_a simplified, "does not yield good performances"; dot suited global attention,
-  general local attention).
-- **The first decoder state** comes from the source, as Bahdanau et al.'s s_0 = tanh(W_s <-h_1)
-  (App. A.2.2): here tanh(W_s [->h_S; <-h_1]), both directions' summary of the whole sentence,
-  one per decoder layer; the LSTM cells start at zero.
-- **Sharing**: one embedding matrix for source and target, and the output layer reuses it, as
-  the book's Transformer does; Press and Wolf (2017) tie all three in translation models with a
-  shared subword vocabulary. W_c maps to d_model, so the shapes fit.
-- **Dropout** on the embeddings, between stacked LSTM layers and on h~_t, none on the LSTMs'
-  recurrent connections: Zaremba et al. (2014) "apply the dropout operator only to the
-  non-recurrent connections". (With input feeding, the dropped-out h~_t is also the next step's
-  extra input.) Parameters start uniform in [-0.1, 0.1] (Luong et al., Sec. 4.1).
-
-Padding: the sources are packed (:func:`~torch.nn.utils.rnn.pack_padded_sequence`), so each
-direction reads only the real tokens (the backward LSTM starts at the last real token, not at
-the padding), and attention gives padded positions no weight. Targets need no mask: the decoder
-reads left to right, so padding after a sentence's end changes none of its positions. Sources
-must be right-padded, as the book's batches are.
+Sources must be right-padded, as the book's batches are: they are packed, so each direction
+reads only the real tokens, and attention gives padded positions no weight. Targets need no
+mask: the decoder reads left to right.
 """
 
 from __future__ import annotations
@@ -76,10 +41,9 @@ __all__ = ["GlobalAttention", "RecurrentCache", "RecurrentTranslator"]
 @dataclass
 class RecurrentCache:
     """What incremental decoding carries between steps: the LSTM state, the last attentional
-    vector (input feeding) and the encoder states' attention keys (computed once per source).
-
-    Create one with :meth:`RecurrentTranslator.new_cache` and pass it to every
-    :meth:`RecurrentTranslator.decode` call of one decoding run; it is updated in place.
+    vector (input feeding) and the encoder states' attention keys. Create one with
+    :meth:`RecurrentTranslator.new_cache` and pass it to every :meth:`RecurrentTranslator.decode`
+    call of one decoding run; it is updated in place.
     """
 
     state: tuple[Tensor, Tensor] | None = None  # the LSTM's (h, c), each (L, B, H)
@@ -104,13 +68,11 @@ class RecurrentCache:
 class GlobalAttention(nn.Module):
     """Luong et al. (2015), Sec. 3.1: global attention of decoder states over all encoder states.
 
-    score(h_t, h_s) = v^T tanh(W_q h_t + W_k h_s + b) (``"additive"``, with chapter 1's
-    :class:`~transformer_book.rnn.AdditiveAttention` holding W_q, W_k, b and v), or
-    h_t^T W_a h_s (``"general"``). The part that depends on the source alone (W_k h_s + b, or
-    W_a h_s) is computed once per sentence by :meth:`keys`. Scores of padded source positions
-    are set to the float32 minimum before the softmax (in float32), so they get no weight; a row
-    with no real position at all (never in the book's batches, where every source ends with
-    <eos>) would spread its weight evenly.
+    score(h_t, h_s) = v^T tanh(W_q h_t + W_k h_s + b) (``"additive"``, chapter 1's
+    :class:`~transformer_book.rnn.AdditiveAttention`), or h_t^T W_a h_s (``"general"``). The
+    source's part (W_k h_s + b, or W_a h_s) is computed once per sentence by :meth:`keys`.
+    Padded source positions get no weight; a row with no real position at all (never in the
+    book's batches) would spread its weight evenly.
 
     Args:
         size: width of the decoder and encoder states (``hidden_size``).
@@ -153,8 +115,7 @@ class GlobalAttention(nn.Module):
 
 class RecurrentTranslator(nn.Module):
     """A bidirectional LSTM encoder and an LSTM decoder with global attention and input feeding
-    (Luong et al. 2015), with the Transformer's interface; the module docstring gives the
-    sources of each choice.
+    (Luong et al. 2015), with the Transformer's interface (module docstring; chapter 9).
 
     Args:
         config: the hyperparameters (:class:`~transformer_book.config.RecurrentConfig`).
@@ -226,9 +187,9 @@ class RecurrentTranslator(nn.Module):
 
     def _start(self, cache: RecurrentCache, memory: Tensor, src_mask: Tensor,
                dtype: torch.dtype) -> None:
-        """Fill an empty cache: the first decoder state tanh(W_s [->h_S; <-h_1]) (Bahdanau et
-        al., App. A.2.2, use <-h_1 alone), zero cells, a zero h~ to feed, the attention keys. The
-        state takes the embeddings' ``dtype`` (under autocast, W_s's output may be bf16)."""
+        """Fill an empty cache: the first decoder state tanh(W_s [->h_S; <-h_1]), zero cells, a
+        zero h~ to feed, the attention keys. The state takes the embeddings' ``dtype`` (under
+        autocast, W_s's output may be bf16)."""
         B, _, H = memory.shape
         half, L = H // 2, self.config.num_layers
         last = (src_mask[:, 0, 0].sum(dim=1) - 1).clamp(min=0)  # (B,): the last real token
@@ -294,11 +255,9 @@ class RecurrentTranslator(nn.Module):
                cache: RecurrentCache | None = None) -> Tensor:
         """Run the decoder over target positions, attending to the encoder's annotations.
 
-        Without a cache, ``tgt`` is the whole target prefix (starting with BOS) and the logits
-        of every position are returned. With a cache (from :meth:`new_cache`), ``tgt`` holds only
-        the positions the cache has not seen yet (usually one token per step); the LSTM state and
-        the last attentional vector are carried in it. Both ways give the same logits for the
-        same positions (up to floating-point rounding).
+        As :meth:`Transformer.decode <transformer_book.model.Transformer.decode>`: with a cache
+        (from :meth:`new_cache`), ``tgt`` holds only the positions it has not seen yet. Both ways
+        give the same logits for the same positions (up to floating-point rounding).
 
         Args:
             tgt: target token ids.

@@ -1,14 +1,7 @@
-"""Recurrent networks, the baseline the Transformer replaces (Sec. 1 and Sec. 4 of the paper).
-
-Chapter 1 builds these pieces to measure what attention fixes:
-
-- :class:`ElmanRNN`, the simple recurrent network of Elman (1990) written from its equations
-  ``h_t = tanh(x_t U + h_{t-1} W + b)``, ``o_t = h_t V``;
-- a toy sequence-to-sequence task (:func:`copy_task_batch`): copy or reverse random tokens;
-- :class:`Seq2Seq`, a GRU encoder-decoder (after Sutskever et al., 2014) that passes
-  the source to the decoder either through one fixed-size vector (the "bottleneck") or also
-  through :class:`AdditiveAttention` over all encoder states (Bahdanau et al., 2015);
-- :func:`train_seq2seq` and :func:`token_accuracy`, a minimal training loop and its metric.
+"""Recurrent networks, the baseline the Transformer replaces (Sec. 1 and 4 of the paper), as
+chapter 1 builds them: :class:`ElmanRNN` (Elman 1990), :class:`AdditiveAttention` (Bahdanau et
+al. 2015) and :class:`Seq2Seq`, a GRU encoder-decoder with or without it. The toy copy task and
+its training loop are re-exported from :mod:`transformer_book.copy_task`.
 
 Shapes are batch first: ``B`` batch, ``L`` target length, ``S`` source length.
 """
@@ -39,15 +32,13 @@ class ElmanRNN(nn.Module):
 
     ``h_t = f(x_t U + h_{t-1} W + b)`` and ``o_t = h_t V``, one step after the other. With
     ``nonlinearity="tanh"`` (the default) this is exactly ``nn.RNN(nonlinearity="tanh")``
-    followed by a linear read-out without bias; ``"identity"`` gives the linear form that the
-    study notes write, which can only represent linear functions of the input.
+    followed by a linear read-out without bias.
 
     Args:
         input_size: size of each input vector ``x_t``.
         hidden_size: size of the hidden state ``h_t``.
         output_size: size of each output ``o_t``.
-        nonlinearity: ``"tanh"`` (as ``nn.RNN``; Elman used a squashing nonlinearity) or
-            ``"identity"`` (no nonlinearity).
+        nonlinearity: ``"tanh"`` (as ``nn.RNN``) or ``"identity"`` (the linear form).
 
     Attributes:
         U: input-to-hidden weights, shape ``(input_size, hidden_size)``.
@@ -87,21 +78,12 @@ class ElmanRNN(nn.Module):
             nn.init.uniform_(p, -bound, bound)
 
     def hidden_states(self, x: torch.Tensor, h0: torch.Tensor | None = None) -> torch.Tensor:
-        """The recurrence alone, ``h_t = f(x_t U + h_{t-1} W + b)``, one step at a time.
-
-        This is the "recurrent layer" of Table 1 of the paper: no read-out ``V``.
-
-        Args:
-            x: input sequence.
-            h0: initial hidden state; zeros when ``None``.
-
-        Returns:
-            the hidden state ``h_t`` after every step.
+        """The recurrence alone, ``h_t = f(x_t U + h_{t-1} W + b)``, one step at a time: the
+        "recurrent layer" of the paper's Table 1 (no read-out ``V``).
 
         Shape:
-            - x: ``(B, L, input_size)``
-            - h0: ``(B, hidden_size)``
-            - returns ``(B, L, hidden_size)``
+            x (B, L, input_size), h0 (B, hidden_size) or None (zeros) -> the hidden state after
+            every step, (B, L, hidden_size).
         """
         if x.dim() != 3 or x.shape[-1] != self.input_size:
             raise ValueError(
@@ -130,13 +112,8 @@ class ElmanRNN(nn.Module):
     def forward(
         self, x: torch.Tensor, h0: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Run the network over the whole sequence: hidden states (:meth:`hidden_states`, the
-        same arguments), then outputs ``o_t = h_t V``.
-
-        Returns:
-            ``(o, h)``: the outputs ``o_t``, shape ``(B, L, output_size)``, and the hidden states
-            ``h_t``, shape ``(B, L, hidden_size)``, for every step.
-        """
+        """:meth:`hidden_states` (same arguments), then ``o_t = h_t V``. Returns ``(o, h)`` of
+        every step, (B, L, output_size) and (B, L, hidden_size)."""
         hs = self.hidden_states(x, h0)  # (B, L, hidden)
         return hs @ self.V, hs  # (B, L, output), (B, L, hidden)
 
@@ -145,14 +122,9 @@ class AdditiveAttention(nn.Module):
     """Additive ("Bahdanau") attention of an RNN decoder over encoder states.
 
     ``e_ij = v^T tanh(W_s s_i + W_h h_j + b)``, ``a_i = softmax_j(e_ij)``,
-    ``c_i = sum_j a_ij h_j`` (Bahdanau et al., 2015, Sec. 3.1 and App. A.1.2). Bahdanau et al.
-    score the decoder's *previous* state ``s_{i-1}`` and write no bias ``b``; this module scores
-    whatever query states it is given (:class:`Seq2Seq` passes the current one, as Luong et al.,
-    2015, do), and ``b`` is the bias of ``key_proj``. The Transformer
-    replaces the small network that scores each pair by a scaled dot product (Eq. (1) of the
-    paper; its Sec. 3.2.1 compares the two). Chapter 1 writes this function out in the open,
-    compares it with dot-product attention and checks it against this module. No mask:
-    every source position is attended to, so the sources of a batch must share one length.
+    ``c_i = sum_j a_ij h_j`` (Bahdanau et al., 2015, Sec. 3.1 and App. A.1.2; chapter 1). It
+    scores whatever query states it is given (Bahdanau et al. the previous decoder state, without
+    ``b``); ``b`` is ``key_proj``'s bias. No mask: the sources of a batch must share one length.
 
     Args:
         query_size: size of each decoder state ``s_i``.
@@ -169,20 +141,10 @@ class AdditiveAttention(nn.Module):
     def forward(
         self, query: torch.Tensor, keys: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Weights over the encoder states for every decoder state, and the contexts they give.
+        """Weights of the decoder states ``query`` (B, L, query_size) over the encoder states
+        ``keys`` (B, S, key_size, also the values), and the contexts they give.
 
-        Args:
-            query: the decoder states.
-            keys: the encoder states, also used as values.
-
-        Returns:
-            ``(context, weights)``; each row of ``weights`` sums to 1.
-
-        Shape:
-            - query: ``(B, L, query_size)``
-            - keys: ``(B, S, key_size)``
-            - context: ``(B, L, key_size)``
-            - weights: ``(B, L, S)``
+        Returns ``(context (B, L, key_size), weights (B, L, S))``; each row of weights sums to 1.
         """
         if query.dim() != 3 or keys.dim() != 3 or query.shape[0] != keys.shape[0]:
             raise ValueError(
@@ -199,17 +161,11 @@ class AdditiveAttention(nn.Module):
 class Seq2Seq(nn.Module):
     """Chapter 1's toy GRU encoder-decoder, with or without attention (Sec. 1 and 2).
 
-    Without attention (``attention=False``) the decoder sees the source only through the
-    encoder's last hidden state, one vector of ``hidden_size`` numbers whatever the source length,
-    which starts the decoder (as in Sutskever et al., 2014; Cho et al.'s 2014 decoder also reads
-    that summary at every step). With attention, each decoder state also reads a
-    context vector, an :class:`AdditiveAttention` average of all encoder states, and predicts the
-    next token from both (Bahdanau et al., 2015). Both start the decoder from the encoder's last
-    state and use a unidirectional encoder, so the only difference between them is the attention.
-
-    Departure from Bahdanau et al.: the context comes from the decoder's *current* state ``s_i``
-    and is used at the output (Luong et al., 2015), so teacher-forced training runs the GRU over
-    the whole target in one call. A toy for fixed-length tasks (no padding, no mask); the book's
+    The encoder's last state starts the decoder (Sutskever et al., 2014); with attention, each
+    decoder state also reads an :class:`AdditiveAttention` context over all encoder states and
+    predicts the next token from both. The context comes from the decoder's *current* state and
+    is used at the output (Luong et al., 2015), so teacher-forced training runs the GRU over the
+    whole target in one call. Fixed-length tasks only (no padding, no mask); the book's
     translator is :class:`transformer_book.recurrent.RecurrentTranslator`.
 
     Args:
@@ -245,26 +201,17 @@ class Seq2Seq(nn.Module):
             raise ValueError(f"{name} has token ids outside 0 .. {self.vocab_size - 1}")
 
     def encode(self, src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """All encoder states, and the last one (the fixed-size summary that starts the decoder).
-
-        Shape:
-            - src: ``(B, S)``
-            - returns ``(states (B, S, hidden), last (1, B, hidden))``
-        """
+        """All encoder states, and the last one (the summary that starts the decoder):
+        src (B, S) -> ``(states (B, S, hidden), last (1, B, hidden))``."""
         self._check_tokens("src", src)
         return self.encoder(self.embed(src))  # (B, S, hidden), (1, B, hidden)
 
     def decode(
         self, tgt_in: torch.Tensor, states: torch.Tensor, s0: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        """Logits for each next token given the decoder inputs and the encoder's output.
-
-        Returns:
-            ``(logits, s_last, weights)``; ``weights`` is None without attention.
-
-        Shape:
-            - tgt_in: ``(B, L)``; states: ``(B, S, hidden)``; s0: ``(1, B, hidden)``
-            - logits: ``(B, L, vocab_size)``; s_last: ``(1, B, hidden)``; weights: ``(B, L, S)``
+        """Logits for each next token given the decoder inputs and the encoder's output:
+        tgt_in (B, L), states (B, S, hidden), s0 (1, B, hidden) -> ``(logits (B, L, vocab_size),
+        s_last (1, B, hidden), weights (B, L, S))``; ``weights`` is None without attention.
         """
         s, s_last = self.decoder(self.embed(tgt_in), s0)  # (B, L, hidden), (1, B, hidden)
         if self.attention is None:
@@ -278,16 +225,12 @@ class Seq2Seq(nn.Module):
         """Teacher-forced logits for every target position.
 
         Args:
-            src: source token ids.
-            tgt_in: decoder inputs (BOS, then the target shifted right).
+            src: source token ids (B, S).
+            tgt_in: decoder inputs (B, L): BOS, then the target shifted right.
             return_weights: also return the attention weights (needs ``attention=True``).
 
         Returns:
-            logits, or ``(logits, weights)`` with ``return_weights=True``.
-
-        Shape:
-            - src: ``(B, S)``; tgt_in: ``(B, L)``
-            - logits: ``(B, L, vocab_size)``; weights: ``(B, L, S)``
+            logits (B, L, vocab_size), or ``(logits, weights (B, L, S))``.
         """
         self._check_tokens("tgt_in", tgt_in)
         if tgt_in.shape[0] != src.shape[0]:
@@ -302,12 +245,8 @@ class Seq2Seq(nn.Module):
 
     @torch.no_grad()
     def greedy_decode(self, src: torch.Tensor, length: int, bos_id: int = 0) -> torch.Tensor:
-        """Decode ``length`` tokens, one at a time, feeding back the most likely token.
-
-        Shape:
-            - src: ``(B, S)``
-            - returns ``(B, length)`` token ids
-        """
+        """Decode ``length`` tokens, one at a time, feeding back the most likely token:
+        src (B, S) -> token ids (B, length)."""
         if length < 1:
             raise ValueError(f"length must be positive, got {length}")
         states, s = self.encode(src)

@@ -1,6 +1,5 @@
-"""Run records: every training run keeps what it measures in its history and appends it to
-``metrics.jsonl`` beside its checkpoints, one JSON object a line (:class:`RunLog`), and
-:func:`plot_run` draws the curves chapter 8 draws.
+"""Run records: what a training run measures, in its history and appended to ``metrics.jsonl``
+beside its checkpoints, one JSON object a line (:class:`RunLog`); :func:`plot_run` draws them.
 
 A line holds ``step`` and one or more of: ``loss`` (label-smoothed training loss per target
 token) with ``lr``, ``val_loss`` (plain cross-entropy per target token) with ``epoch``,
@@ -38,19 +37,14 @@ def append_metrics(path: str | os.PathLike, records: list[dict]) -> None:
 
 class RunLog:
     """What a training run measures, as it goes: (step, value) pairs in the run's
-    :class:`~transformer_book.train.History`, and the same as lines of ``metrics.jsonl``.
-
-    The training loss of each step stays on the device until :meth:`read_losses` reads the
-    losses of several steps in one transfer (on a GPU every read makes the host wait for the
-    device; chapter 11).
+    :class:`~transformer_book.train.History`, and lines of ``metrics.jsonl``. Each step's loss
+    stays on the device until :meth:`read_losses` reads several in one transfer (on a GPU
+    every read makes the host wait for the device; chapter 11).
 
     Args:
-        run: the :class:`~transformer_book.train.Trainer` (its ``history`` is read anew each
-            time: a resume replaces it).
-        folder: where ``metrics.jsonl`` goes, or None (no file: no checkpoint folder, or a
-            process other than rank 0).
-        ranks: a :class:`~transformer_book.distributed.Context`: over several processes, the
-            losses read are the sums of the ranks' parts.
+        run: the :class:`~transformer_book.train.Trainer` (its ``history``, read anew each time).
+        folder: where ``metrics.jsonl`` goes, or None (no file).
+        ranks: a :class:`~transformer_book.distributed.Context`, whose ranks' losses are summed.
     """
 
     def __init__(self, run, folder: str | os.PathLike | None, ranks):

@@ -1,14 +1,5 @@
-"""Sec. 5: one training step. Forward, the label-smoothed loss per target token (Sec. 5.4),
-backward, gradient clipping if asked for, Adam and the learning-rate schedule (Sec. 5.3).
-
-:class:`TrainStep` is that step. Called on one batch it runs the plain step, as chapter 8
-writes it. The speed features of chapter 11 are opt-in and change how the step runs, never
-what it computes: loss scaling for fp16, ``torch.compile`` of forward + loss and CUDA graphs
-(:meth:`TrainStep.accumulate` runs them), and several batches in one step (gradient
-accumulation, a process's share of a multi-process step). Mixed precision (autocast) applies
-to either path: :func:`autocast_dtype` picks bf16 or fp16 for a GPU, and bf16 on a CPU when
-asked (``TrainConfig.cpu_amp``), in :mod:`transformer_book.precision`.
-"""
+"""Sec. 5: one training step (:class:`TrainStep`), chapter 8's plain step and chapter 11's
+opt-in speed features, which change how the step runs, never what it computes."""
 
 from __future__ import annotations
 
@@ -26,30 +17,23 @@ __all__ = ["TrainStep", "autocast", "autocast_dtype", "native_cpu_bf16"]
 
 
 class TrainStep:
-    """One optimiser step of Sec. 5: forward, label-smoothed loss, backward, (clipping,) Adam,
-    schedule.
+    """One optimiser step of Sec. 5: forward, label-smoothed loss (Sec. 5.4), backward,
+    (clipping,) Adam, schedule (Sec. 5.3).
 
-    ``step(batch)`` trains on one batch; with no speed feature on, that is the plain step of
-    :meth:`__call__`, the dozen lines chapter 8 writes. :meth:`accumulate` is the general
-    step: several batches, fp16 loss scaling, a compiled forward + loss, CUDA graphs, DDP; on
-    one batch without those it computes exactly what the plain step computes.
-
-    Either returns the loss as a tensor on the device, detached; reading it
-    (``float(loss)``) is left to the caller, who can do it every few steps: on a GPU each read
-    makes the host wait until every queued kernel has run, and the next step's kernels cannot
-    be queued meanwhile.
+    ``step(batch)`` is chapter 8's plain step when no speed feature is on; :meth:`accumulate`
+    the general one (several batches, fp16 loss scaling, torch.compile, CUDA graphs, DDP). Both
+    return the loss detached on the device, for the caller to read every few steps (a read makes
+    the host wait for the GPU).
 
     Args:
         model: maps ``(src, tgt_in)`` to logits (B, T, V).
         optimizer, scheduler: from :func:`~transformer_book.schedule.make_optimizer`.
         label_smoothing, pad_id: of the loss (:func:`~transformer_book.loss.label_smoothing_loss`).
-        amp_dtype: autocast dtype of the forward pass (:func:`autocast_dtype`), or None for full
-            precision.
+        amp_dtype: autocast dtype of the forward pass (:func:`autocast_dtype`; None: float32).
         clip_grad_norm: max gradient norm, or None.
-        scaler: (speed) a ``torch.amp.GradScaler`` for fp16, or None.
-        compile: (speed) run forward + loss through ``torch.compile(fullgraph=True)`` (one
-            graph, no break; the backward pass is compiled with it).
-        compile_mode: (speed) ``torch.compile``'s mode (``"reduce-overhead"``: CUDA graphs).
+        scaler, compile, compile_mode: (speed) a ``torch.amp.GradScaler`` for fp16; forward +
+            loss (and so backward) through ``torch.compile(fullgraph=True)``, in that mode
+            (``"reduce-overhead"``: CUDA graphs).
     """
 
     def __init__(self, model: nn.Module, optimizer, scheduler=None, *, label_smoothing: float,
@@ -94,21 +78,11 @@ class TrainStep:
         return label_smoothing_loss(logits, tgt_out, self.label_smoothing, self.pad_id)
 
     def accumulate(self, parts: Sequence[tuple], world_size: int = 1) -> Tensor:
-        """One optimiser step on several batches: gradient accumulation, and this process's
-        share of a multi-process step.
-
-        Args:
-            parts: ``(batch, share)`` pairs; the gradient is that of sum(share * loss(batch)).
-                With shares from :func:`~transformer_book.distributed.token_shares` that is
-                the mean loss per target token over all the step's batches (on all ranks).
-            world_size: processes taking part; with ``self.model`` a
-                ``DistributedDataParallel``, its gradients are averaged over them at the
-                backward pass of the last part (the others run under ``no_sync``).
-
-        Returns:
-            sum(share * loss) / world_size, detached: this process's part of the step's loss
-            (summed over processes, the step's mean loss per target token).
-        """
+        """One optimiser step on ``(batch, share)`` pairs, the gradient that of
+        sum(share * loss(batch)) (shares: :func:`~transformer_book.distributed.token_shares`):
+        gradient accumulation, and this process's part of a step of ``world_size`` processes.
+        Returns sum(share * loss) / world_size, detached (summed over the processes: the step's
+        mean loss per target token)."""
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         total = None
@@ -122,6 +96,7 @@ class TrainStep:
                 if share != 1.0:  # one batch on one process: exactly the plain loss
                     loss = loss * share
                 self.scaler.scale(loss).backward()  # a no-op scaling unless fp16
+            # CUDA graphs overwrite their outputs at the next replay: copy the loss
             part = loss.detach().clone() if self.cuda_graphs else loss.detach()
             total = part if total is None else total + part
         if self.clip_grad_norm is not None:
@@ -131,5 +106,4 @@ class TrainStep:
         self.scaler.update()
         if self.scheduler is not None:
             self.scheduler.step()
-        # (CUDA graphs overwrite their outputs at the next replay: the parts were copied)
         return total if world_size == 1 else total / world_size

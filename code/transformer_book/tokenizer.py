@@ -1,23 +1,8 @@
-"""A joint German+English subword vocabulary (byte-pair encoding), as in Sec. 5.1 of the paper.
-
-The paper encodes WMT 2014 English-German with byte-pair encoding (Sennrich et al., 2016) into
-"a shared source-target vocabulary of about 37000 tokens", which is what lets the encoder
-embedding, the decoder embedding and the pre-softmax projection share one weight matrix
-(Sec. 3.4; ``TransformerConfig.share_embeddings``). Multi30k is about 150 times smaller, so we
-learn a joint vocabulary of about 8,000 tokens from the German and English *training* lines
-only (never from validation or test), with the Hugging Face ``tokenizers`` library.
-
-The pipeline, and why:
-
-- normaliser: Unicode NFC, then every run of whitespace (double spaces, the TAB and the
-  no-break spaces found in the data) becomes one space, and the ends are stripped. The raw
-  lines keep these quirks (see :mod:`transformer_book.data`); the model never sees them.
-- pre-tokeniser: ``Metaspace`` turns each space into ``"▁"`` glued to the next word, then
-  punctuation is split off, so "Freien." becomes ``["▁Freien", "."]``. Because word boundaries
-  are stored *in* the tokens, decoding is a plain concatenation with ``"▁"`` turned back into
-  spaces: detokenised output is ordinary text that sacreBLEU scores against the raw references
-  (no Moses detokeniser needed). ``decode(encode(s))`` gives back ``" ".join(s.split())``.
-- model: BPE with ``<unk>`` for characters never seen in training.
+"""A joint German+English subword vocabulary (byte-pair encoding), as in Sec. 5.1 of the paper:
+8,000 tokens by default, learnt from the *training* lines only, with the Hugging Face
+``tokenizers`` library (chapter 8 explains the pipeline). Word boundaries are stored in the tokens
+(``"▁"``), so decoding gives ordinary text for sacreBLEU: ``decode(encode(s))`` is
+``" ".join(s.split())``.
 
 Special tokens have fixed ids: ``<pad>`` = 0 (``TransformerConfig.pad_id``), ``<bos>`` = 1,
 ``<eos>`` = 2, ``<unk>`` = 3. :meth:`SubwordTokenizer.encode` adds none of them; the batching
@@ -222,11 +207,9 @@ def load_or_train_tokenizer(
 
     Args:
         corpus: a :class:`~transformer_book.data.ParallelCorpus` to learn from, or any
-            re-iterable of (source, target) pairs (e.g. a streamed Hugging Face dataset, see
-            :func:`~transformer_book.corpus.hf_translation_pairs`); by default the Multi30k
-            training split (loaded with ``data_dir``). The sentences are streamed, never
-            copied into a list: one pass computes the cache key, and on a cache miss a second
-            pass trains.
+            re-iterable of (source, target) pairs (e.g. a streamed Hugging Face dataset); by
+            default the Multi30k training split (loaded with ``data_dir``). Streamed, never
+            held: one pass computes the cache key, a second (on a cache miss) trains.
         vocab_size, min_frequency: see :meth:`SubwordTokenizer.train`.
         cache_dir: where trained tokenizers are kept; defaults to
             ``<user cache>/transformer_book/tokenizers``. The file name holds

@@ -20,17 +20,15 @@ def set_seed(seed: int = 0) -> None:
 
 
 def device_name(prefer: str | None = None) -> str:
-    """The name of the device to use: ``prefer`` if given, else the environment variable
-    ``TRANSFORMER_BOOK_DEVICE`` (``cpu``, ``cuda``, ``mps``; e.g. to force a CPU run on a GPU
-    machine), else ``"cuda"`` when available, else ``"cpu"``. Not checked: see
-    :func:`get_device`."""
+    """The device to use, unchecked (:func:`get_device` checks): ``prefer`` if given, else
+    ``$TRANSFORMER_BOOK_DEVICE`` (e.g. ``cpu`` on a GPU machine), else ``"cuda"`` when
+    available, else ``"cpu"``."""
     return (prefer or os.environ.get("TRANSFORMER_BOOK_DEVICE")
             or ("cuda" if torch.cuda.is_available() else "cpu"))
 
 
 def get_device(prefer: str | None = None) -> torch.device:
-    """The device to train on (:func:`device_name`): ``prefer`` if given, else
-    ``TRANSFORMER_BOOK_DEVICE``, else CUDA when available, else CPU.
+    """The device to train on, :func:`device_name`'s, checked.
 
     Raises:
         RuntimeError: a CUDA device was asked for and CUDA is not available.
@@ -73,9 +71,8 @@ def _first_cpu() -> dict[str, str]:
 
 
 def cpu_identity() -> dict[str, str]:
-    """The CPU's family, model and stepping, for results' records: machines sold under one name
-    ("AMD EPYC") differ by generation, and a training budget counted in seconds buys a different
-    number of steps on each (chapter 9's data-size runs). Empty where /proc/cpuinfo is not there."""
+    """The CPU's family, model and stepping, for results' records (one name, "AMD EPYC", covers
+    generations of different speeds). Empty where /proc/cpuinfo is not there."""
     cpu = _first_cpu()
     names = {"cpu family": "family", "model": "model", "stepping": "stepping"}
     return {short: cpu[key] for key, short in names.items() if key in cpu}
@@ -83,13 +80,9 @@ def cpu_identity() -> dict[str, str]:
 
 @contextlib.contextmanager
 def expect_error(*expected: type[BaseException]) -> Iterator[None]:
-    """Run a block that must fail, print its error in one line, and let the notebook go on.
-
-    Chapters use it to *show* an error (an overflow, a too-long sequence) without stopping
-    Colab's or Jupyter's "Run all" at that cell. The block must raise one of ``expected``
-    (default: any ``Exception``); if it runs without error, this raises ``AssertionError``, so
-    the demonstration cannot silently stop demonstrating anything.
-    """
+    """Run a block that must fail, print its error in one line, and let the notebook go on
+    (chapters *show* errors without stopping "Run all"). The block must raise one of
+    ``expected`` (default: any ``Exception``), else this raises ``AssertionError``."""
     expected = expected or (Exception,)
     try:
         yield

@@ -7,14 +7,10 @@
     python -m transformer_book bleu --checkpoint runs/small/last.pt --split test_2016_flickr
     python -m transformer_book plot runs/small      # curves from runs/small/metrics.jsonl
 
-Run ``python -m transformer_book <command> --help`` for every option. One module per command
-(:mod:`.train`, :mod:`.translate`, :mod:`.bleu`, :mod:`.plot`), each with ``add_parser`` and
-``run``; :mod:`.common` holds what they share.
-
-Errors are one line on stderr, ``python -m transformer_book <command>: error: <what and what to
-do>``, with exit status 2 for bad arguments (as argparse) and 1 for failures while running;
-``--debug`` (or ``TRANSFORMER_BOOK_DEBUG=1``) adds the traceback. Ctrl-C during training writes
-a checkpoint at the current step and prints the command that resumes (exit status 130).
+One module per command, each with ``add_parser`` and ``run``. Errors are one line on stderr,
+``python -m transformer_book <command>: error: <what and what to do>``, exit status 2 for bad
+arguments and 1 for failures (``--debug``: the traceback too); Ctrl-C during training writes a
+checkpoint and exits with 130.
 """
 
 from __future__ import annotations

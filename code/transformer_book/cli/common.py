@@ -1,6 +1,5 @@
-"""What every command of the command line shares (not in the paper): argument types, the flags
-built from a config dataclass, the checks of paths and devices, and the errors (one line on
-stderr, with its exit status)."""
+"""What the commands share: argument types, flags built from a config dataclass, checks of
+paths and devices, and errors (one line on stderr, with its exit status)."""
 
 from __future__ import annotations
 
@@ -97,9 +96,8 @@ def config_fields(cls, *, flag: bool | None = None, resume: bool | None = None) 
 
 
 def add_config_flags(p, cls, names) -> None:
-    """Add ``--NAME`` for each field of ``cls`` in ``names``: its help, type and valid values
-    from the field (its metadata), default None (a flag left out keeps the config's value,
-    or the checkpoint's, see :func:`given_settings`)."""
+    """Add ``--NAME`` for each field of ``cls`` in ``names``, help, type and valid values from
+    its metadata, default None (left out: the config's or the checkpoint's value stays)."""
     fields = {f.name: f for f in dataclasses.fields(cls)}
     for name in names:
         field, meta = fields[name], fields[name].metadata

@@ -1,10 +1,6 @@
 """``python -m transformer_book train``: train a Transformer as Sec. 5 prescribes (or, with
-``--model rnn``, the recurrent translator it is measured against), with checkpoints,
-resumable (:class:`~transformer_book.train.Trainer` does the training).
-
-The training flags come from :class:`~transformer_book.config.TrainConfig`'s fields (their
-help, types and valid values, and whether ``--resume`` may change them); the model's from the
-preset (``--preset``) with a few overrides; the data's from :mod:`.train_data`.
+``--model rnn``, the recurrent translator), with resumable checkpoints. The training flags come
+from :class:`~transformer_book.config.TrainConfig`'s fields; the data's from :mod:`.train_data`.
 """
 
 from __future__ import annotations
@@ -28,6 +24,7 @@ from transformer_book.cli.common import (
     given_settings,
     number_in,
     positive_int,
+    warn,
 )
 from transformer_book.cli.train_data import (
     CORPUS_FLAGS,
@@ -227,8 +224,7 @@ def run(args) -> int:
 
 
 def _join(ctx, config: TrainConfig) -> TrainConfig:
-    """Join the torchrun process group: each process on its own GPU (``cuda:LOCAL_RANK``) with
-    NCCL, or on the CPU with gloo. Returns ``config`` with this process's device."""
+    """Join the torchrun process group; ``config`` with this process's device."""
     import torch
 
     from transformer_book import distributed
@@ -260,9 +256,9 @@ def _tokenizer(train_split, vocab_size: int, ctx):
                          f"{tokenizer.vocab_size} ids; use --vocab-size "
                          f"{tokenizer.vocab_size} or more (default {DEFAULT_VOCAB})")
     if tokenizer.vocab_size < vocab_size:
-        print(f"{PROG} train: warning: --vocab-size {vocab_size}: the training text yields "
-              f"only {tokenizer.vocab_size} subwords; the model uses a vocabulary of "
-              f"{tokenizer.vocab_size}", file=sys.stderr)
+        warn("train", f"--vocab-size {vocab_size}: the training text yields only "
+             f"{tokenizer.vocab_size} subwords; the model uses a vocabulary of "
+             f"{tokenizer.vocab_size}")
     return tokenizer
 
 
@@ -301,8 +297,6 @@ def _train(args, folder: Path, state: dict | None, ctx, files) -> int:
         tokenizer = _tokenizer(train_split, extra["vocab_size"], ctx)
         model_config = model_config_for(tokenizer, extra["preset"], kind,
                                         **given_settings(args, MODEL_FLAGS))
-    # tokenised by streaming into compact arrays (2 bytes per token), for corpora of millions
-    # of pairs too
     _, train_data, val_data = prepare_run_data(
         train_split, val_split, tokenizer=tokenizer, max_tokens=config.max_tokens,
         max_len=model_config.max_len, seed=config.seed, limit=extra.get("train_limit"))
@@ -342,9 +336,8 @@ def _fit(args, folder: Path, state, ctx, config, model_config, train_data, val_d
         if say and before != per_step:
             keep = (f"; pass --accumulate {before // ctx.world_size} to keep its batch size"
                     if before % ctx.world_size == 0 else "")
-            print(f"{PROG} train: warning: the run took {before} batches per step, now "
-                  f"{per_step} ({ctx.world_size} process(es) x --accumulate "
-                  f"{config.accumulate}){keep}", file=sys.stderr)
+            warn("train", f"the run took {before} batches per step, now {per_step} "
+                 f"({ctx.world_size} process(es) x --accumulate {config.accumulate}){keep}")
     elif args.overwrite and say:  # the user asked for a new run here: the old one's files go
         for old in [last, *folder.glob("weights_epoch*.pt"), folder / "metrics.jsonl"]:
             old.unlink(missing_ok=True)

@@ -1,7 +1,5 @@
-"""``python -m transformer_book translate``: German lines on stdin to English lines on stdout,
-one output line per input line, with a checkpoint written by ``train`` (beam search with beam 4
-and length penalty 0.6 by default, Sec. 6.1). The decoding flags and checks here serve ``bleu``
-too."""
+"""``python -m transformer_book translate``: German lines on stdin to English lines on stdout
+(beam 4, length penalty 0.6 by default, Sec. 6.1); its decoding flags and checks serve ``bleu``."""
 
 from __future__ import annotations
 
@@ -113,13 +111,9 @@ def check_beam(args, model, longest: int) -> int | None:
 
 
 def read_lines(stream, invalid: str = "error") -> list[str]:
-    """The lines of a binary stream decoded as UTF-8 (a final newline does not start a new
-    line; ``\\r\\n`` endings and a leading byte-order mark are accepted).
-
-    Args:
-        invalid: ``"error"``: a :class:`CLIError` naming the first line with bytes that are not
-            UTF-8; ``"replace"``: such bytes become U+FFFD, with a warning per line.
-    """
+    """The lines of a binary stream decoded as UTF-8 (:func:`~transformer_book.files.utf8_lines`);
+    bytes that are not UTF-8 give a :class:`CLIError` (``invalid="error"``), or U+FFFD and a
+    warning per line (``"replace"``)."""
     from transformer_book.files import NotUTF8Error, utf8_lines
 
     raw = stream.read()

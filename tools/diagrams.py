@@ -1,10 +1,11 @@
 """The paper's Figure 1 (the Transformer) and Figure 2 (scaled dot-product and multi-head
-attention), redrawn with matplotlib. Every box names the class or function of this package
-that implements it, so a reader can go from the picture to the code.
+attention), redrawn with matplotlib. Every box names the class or function that implements it:
+in ``transformer_book`` (``figure1_transformer``, ``figure2_attention``) or, for chapter 7's copy
+of Figure 1 (``figure1_chapter7``), in that chapter's own code.
 
 ``tools/draw_figures.py`` writes them as SVG into ``chapters/images/`` (the chapters show those
-files); ``tests/test_diagrams.py`` checks that every name on a box exists in the package and that
-the committed files are what this module draws. Drawn on an opaque white card with dark text,
+files); ``tests/test_diagrams.py`` checks that every name on a box exists in the code it names and
+that the committed files are what this module draws. Drawn on an opaque white card with dark text,
 so they read the same with the book's light and dark themes.
 """
 
@@ -13,7 +14,8 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 from matplotlib.patches import Circle, FancyArrowPatch, FancyBboxPatch
 
-__all__ = ["FIGURES", "code_names", "figure1_transformer", "figure2_attention"]
+__all__ = ["CHAPTER7_NAMES", "FIGURES", "code_names", "figure1_chapter7", "figure1_transformer",
+           "figure2_attention"]
 
 # Fill colours follow the paper's Figure 1 (attention orange, feed-forward blue, Add & Norm
 # yellow, embeddings pink), toned so dark text stays readable on them.
@@ -202,12 +204,39 @@ def figure2_attention():
     return fig
 
 
+# Chapter 7 builds the model under its own names (its listing at the end collects them): the
+# package's name on a box -> chapter 7's. Names not listed here are the same in both.
+CHAPTER7_NAMES = {
+    "PositionalEncoding": "sinusoids",
+    "SublayerConnection": "AddNorm",
+    "PositionwiseFeedForward": "FeedForward",
+    "Encoder: N × EncoderLayer": "Stack(EncoderLayer, N)",
+    "Decoder: N × DecoderLayer": "Stack(DecoderLayer, N)",
+    "MultiHeadAttention + causal_mask": "MultiHeadAttention + tgt_mask",
+    "label_smoothing_loss / decode": "cross_entropy / softmax",
+}
+
+
+def _code_texts(fig):
+    """The text artists of a figure drawn in the code style (gid "code-name")."""
+    return [t for ax in fig.axes for t in ax.texts if t.get_gid() == "code-name"]
+
+
+def figure1_chapter7():
+    """Figure 1 with chapter 7's names on the boxes (``CHAPTER7_NAMES``), for that chapter."""
+    fig = figure1_transformer()
+    for text in _code_texts(fig):
+        text.set_text(CHAPTER7_NAMES.get(text.get_text(), text.get_text()))
+    return fig
+
+
 FIGURES = {
     "figure1_transformer": figure1_transformer,
     "figure2_attention": figure2_attention,
+    "figure1_chapter7": figure1_chapter7,
 }
 
 
 def code_names(fig) -> list[str]:
     """The code names written on a figure's boxes (the texts drawn in the code style)."""
-    return [t.get_text() for ax in fig.axes for t in ax.texts if t.get_gid() == "code-name"]
+    return [t.get_text() for t in _code_texts(fig)]
