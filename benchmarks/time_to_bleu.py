@@ -16,7 +16,7 @@ the test set makes no choice. ``nn.Transformer`` keeps no key/value cache; its w
 into the book's model, which computes the same function, to decode.
 
 Each run is the package's :class:`~transformer_book.train.Trainer`: the recipe's time budget
-becomes a number of steps once, from the pace of its first steps, and the learning rate is a
+becomes a number of steps once, when the pace of its steps has settled, and the learning rate is a
 function of the step. ``train_seconds`` is the wall time of the training steps alone (data
 batching included; evaluation excluded), so it can end a little over or under the budget.
 ``torch.compile`` is not offered here: ``cpu_ladder.py`` measures it (compile time apart).
@@ -98,7 +98,7 @@ def from_presets(name: str, **changes) -> Recipe:
 RECIPES = {
     # the CPU speed-run recipe (chapter 11): the cpu presets with 2 + 2 layers instead of 3 + 3,
     # in bf16 (the forward pass; on a CPU without bf16 instructions that is slower, not faster),
-    # on a budget of 270 s (planned from the pace of the first steps; the steps of its runs took
+    # on a budget of 270 s (planned from the pace of the steps; the steps of its runs took
     # 253 to 269 s, within 300)
     "fast": from_presets("fast", num_layers=2, bf16=True, time_budget=270.0),
     # the cpu presets themselves (fp32 where the CPU lacks bf16 instructions), on 600 s

@@ -13,7 +13,7 @@ acts:
   :meth:`Trainer.load_checkpoint` reads it back, mid-epoch included.
 - *weight averaging* (Sec. 6.1): the weights at the end of the last ``average_last`` epochs.
 - *a time budget* (:class:`TimePlan`): turned once into a number of steps, from the pace of the
-  run's first steps, and kept in the checkpoint. The learning rate is a function of the step and
+  run's steps once it has settled, and kept in the checkpoint. The learning rate is a function of the step and
   that plan, never of the clock: a resumed run gets the same rate at the same step.
 
 Chapter 8 imports the other names of ``__all__`` from here too (from their own modules).
