@@ -75,6 +75,24 @@ def test_linear_schedule_reaches_zero_at_the_last_step():
     assert trainer.scheduler.get_last_lr()[0] == pytest.approx(0.0, abs=1e-12)
 
 
+def test_a_resume_with_other_batches_per_step_counts_the_steps_left(tmp_path):
+    """Resumed after epoch 1 with another accumulate (or another number of processes), the run
+    takes the steps done plus the steps left at its batches per step, and its linear rate still
+    ends at 0 on its last step."""
+    first = _trainer(tmp_path, epochs=1, schedule="linear")
+    first.fit()
+    shutil.copy(tmp_path / "last.pt", tmp_path / "epoch1.pt")
+    done, batches = first.step, first.train_data.num_batches(1)
+    for accumulate in (2, 1, 3):
+        resumed = _trainer(tmp_path, epochs=2, schedule="linear", accumulate=accumulate)
+        resumed.load_checkpoint(tmp_path / "epoch1.pt")
+        steps = done + -(-batches // accumulate)
+        assert resumed.epoch == 1 and resumed.total_steps() == steps
+        resumed.fit()
+        assert resumed.epoch == 2 and resumed.step == steps, accumulate
+        assert resumed.scheduler.get_last_lr()[0] == pytest.approx(0.0, abs=1e-12)
+
+
 def test_constant_schedule_warms_up_then_holds_the_peak():
     trainer = _trainer(schedule="constant", epochs=2)
     trainer.fit()
@@ -104,18 +122,18 @@ def _timed(tmp_path=None, per_step=1.0, **overrides):
 
 
 def test_time_budget_becomes_steps_once_and_the_rate_never_reads_the_clock(tmp_path):
-    from transformer_book.schedule import PLAN_AT
-
     slow = _timed(per_step=1.0)
     slow.fit()
-    # planned at step PLAN_AT from the pace (1 s a step): 60 s are 60 steps
-    assert slow.plan.steps == 60 == slow.step and slow.epoch < 50
+    # planned once the pace settled (1 s a step: after two 10-s half-windows): 60 s, 60 steps
+    at = slow.plan.at
+    assert slow.plan.steps == 60 == slow.step and slow.epoch < 50 and 20 <= at <= 22
     assert slow.history.val_loss[-1][0] == 60  # validated where the run ended
     assert slow.scheduler.get_last_lr()[0] == pytest.approx(0.0, abs=1e-12)  # decayed to 0
     # the rate used at step s: progress 0 until the plan exists (it is made at the end of step
-    # PLAN_AT, after the rate of step PLAN_AT + 1 was set), then steps done over the plan
+    # `at`, after the rate of step at + 1 was set), then the share of the steps from `at` to
+    # the plan's end: no jump when the plan is made
     for s, rate in slow.history.lr:
-        progress = 0.0 if s <= PLAN_AT + 1 else (s - 1) / 60
+        progress = 0.0 if s <= at + 1 else (s - 1 - at) / (60 - at)
         assert rate == pytest.approx(linear_lr(s, 64, 5, progress=progress), rel=1e-12), s
     # a machine twice as fast plans twice the steps ...
     fast = _timed(per_step=0.5)
@@ -131,7 +149,7 @@ def test_time_budget_becomes_steps_once_and_the_rate_never_reads_the_clock(tmp_p
     clock = FakeTime(first, 1.0)
     first.after_step = lambda: (clock.tick(), setattr(first, "stop_requested", first.step == 30))
     first.fit()
-    assert first.step == 30 and first.plan.steps == 60 > PLAN_AT
+    assert first.step == 30 and first.plan.steps == 60 and first.plan.at == at
     shutil.copy(tmp_path / "last.pt", tmp_path / "step30.pt")
     resumed = _timed(tmp_path, per_step=0.5)
     resumed.load_checkpoint(tmp_path / "last.pt")
@@ -140,14 +158,15 @@ def test_time_budget_becomes_steps_once_and_the_rate_never_reads_the_clock(tmp_p
     assert resumed.step == 60
     assert resumed.history.lr == slow.history.lr  # the same rate at every step
     state = load_checkpoint(tmp_path / "last.pt")
-    assert state["step"] == 60 and state["time_plan"] == {"budget": 60.0, "steps": 60, "pace": 1.0}
+    assert state["step"] == 60 and state["time_plan"] == {"budget": 60.0, "steps": 60, "pace": 1.0,
+                                                          "at": at}
     # resumed with another budget: replanned at once, at the stored pace (90 s: 90 steps)
     longer = _timed(tmp_path / "longer", time_budget=90.0)
     longer.load_checkpoint(tmp_path / "step30.pt")
     assert longer.plan.steps == 90
     short = _timed(time_budget=3.0)  # spent before the plan would be made: ends at once
     short.fit()
-    assert short.step == short.plan.steps == 3 < PLAN_AT
+    assert short.step == short.plan.steps == 3
     again = _timed(tmp_path)
     again.load_checkpoint(tmp_path / "last.pt")
     again.fit()  # the plan is spent: nothing more to do
@@ -159,14 +178,14 @@ def test_time_budget_becomes_steps_once_and_the_rate_never_reads_the_clock(tmp_p
 def test_time_plan_waits_for_the_pace_to_settle():
     """A GPU's first steps are slow (each new batch shape); the plan's pace must not be theirs."""
     from transformer_book.distributed import Context
-    from transformer_book.schedule import PLAN_LATEST, PLAN_SHARE, TimePlan
+    from transformer_book.schedule import MIN_HALF, PLAN_LATEST, PLAN_SHARE, TimePlan
 
     def plan(budget, seconds_of_step):
         p, t, step = TimePlan(budget), 0.0, 0
         while p.waiting():
             step += 1
             t += seconds_of_step(step, t)
-            p.update(step, step, t, Context())
+            p.update(step, t, Context())
         return p, step, t
 
     # 10 steps of 2 s, then 0.5 s a step: 600 s hold 10 + 580 / 0.5 = 1,170 steps
@@ -178,6 +197,10 @@ def test_time_plan_waits_for_the_pace_to_settle():
     p, step, t = plan(180.0, lambda s, t: 0.77 if s <= 13 else 0.125 if s <= 93 else 0.031)
     assert p.pace == pytest.approx(0.031) and 20 < t < 90
     assert p.steps == pytest.approx(93 + (180 - 13 * 0.77 - 80 * 0.125) / 0.031, abs=2)
+    # ... on a short budget too: the half-windows last MIN_HALF seconds at least, longer than
+    # the 10 s plateau at 0.125 s a step (planned at the latest, at half the budget)
+    p, step, t = plan(60.0, lambda s, t: 0.77 if s <= 13 else 0.125 if s <= 93 else 0.031)
+    assert MIN_HALF >= 10 and p.pace == pytest.approx(0.031) and t == pytest.approx(30, abs=0.1)
     # no slow start: the budget over the pace, whatever the budget
     for budget in (60.0, 270.0, 3000.0):
         p, _, _ = plan(budget, lambda s, t: 0.25)
@@ -185,8 +208,17 @@ def test_time_plan_waits_for_the_pace_to_settle():
     # a pace that never settles (0.7 times the seconds a step every 5 s) is planned at half
     # the budget, at the pace of its last 5 s
     p, step, t = plan(100.0, lambda s, t: 0.1 * 0.7 ** (t // 5))
-    assert PLAN_LATEST * 100 <= t < PLAN_LATEST * 100 + 0.3
-    assert p.pace == pytest.approx(0.1 * 0.7**9, rel=0.05)
+    assert PLAN_LATEST * 100 <= t < PLAN_LATEST * 100 + 0.1
+    assert p.pace < 0.1 * 0.7**7
+    # half the budget counts the run's seconds: resumed at 40 s of 100 before the plan was made,
+    # it plans at 50 s; resumed at 95 s, within a window of the end, after 20 steps
+    for resumed_at, planned_by in ((40.0, 50.1), (95.0, 97.1)):
+        p, t = TimePlan(100.0), resumed_at
+        step = 0
+        while p.waiting():
+            step, t = step + 1, t + 0.1 * 0.7 ** (t // 5)
+            p.update(step, t, Context())
+        assert t < planned_by and p.steps > step, resumed_at
 
 
 def test_embed_init_normal_gives_unit_scale_embeddings():
@@ -232,3 +264,17 @@ def test_cli_preset_cpu_sets_the_recipe(tmp_path):
     assert state["model_config"]["embed_init"] == "normal"
     assert state["model_config"]["d_model"] == TransformerConfig.cpu().d_model
     assert 0 < state["train_seconds"] < recipe.time_budget
+
+
+@pytest.mark.parametrize("setting, message", [
+    (dict(checkpoint_every=0), r"checkpoint_every must be in \[1, inf\), got 0"),
+    (dict(eval_every=0), r"eval_every must be in \[1, inf\), got 0"),
+    (dict(sync_every=0), r"sync_every must be in \[1, inf\), got 0"),
+    (dict(label_smoothing=1.0), r"label_smoothing must be in \[0, 1\), got 1.0"),
+    (dict(schedule="cosine"), r"schedule must be one of \('noam', 'linear', 'constant'\)"),
+])
+def test_train_config_checks_each_setting_against_its_valid_values(setting, message):
+    """Not only the command line: a TrainConfig built in Python refuses what the flags refuse
+    (checkpoint_every=0 once divided by zero in the loop)."""
+    with pytest.raises(ValueError, match=message):
+        TrainConfig(**setting)

@@ -217,7 +217,7 @@ def test_benchmarks_readme_states_the_settled_plan_runs():
     run = cpu["results"][0]
     assert run["recipe"]["seed"] == 0 and run["recipe"]["num_layers"] == 2
     assert (f"{run['steps']:,} steps planned at {run['time_plan']['pace']:.3f} s a step, which "
-            f"took {run['train_seconds']:.0f} s") in readme
+            f"took {run['train_seconds']:.1f} s") in readme
     assert f"test 2016 {run['test2016_bleu_beam4']:.2f}" in readme
     gpu = results / "h200-2026-11-27"
     early = json.loads((gpu / "time_to_bleu_full180_plan_steps5to20.json").read_text())["results"][0]

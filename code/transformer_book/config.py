@@ -6,7 +6,8 @@ and the recurrent baseline's (:class:`RecurrentConfig`).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+import math
+from dataclasses import asdict, dataclass, field, fields, replace
 
 
 class _ConfigMethods:
@@ -207,6 +208,15 @@ def model_config_for(tokenizer, preset: str = "small", kind: str = "transformer"
 SCHEDULES = ("noam", "linear", "constant")
 
 
+def in_interval(value, interval: str) -> bool:
+    """Whether the number ``value`` lies in ``interval``, written as in mathematics: ``"[1, inf)"``,
+    ``"(0, inf)"``, ``"[0, 1)"``."""
+    low, high = (float(x) for x in interval[1:-1].split(","))
+    return (isinstance(value, (int, float)) and math.isfinite(value)
+            and (value > low if interval[0] == "(" else value >= low)
+            and (value < high if interval[-1] == ")" else value <= high))
+
+
 def _setting(default, help: str, *, flag: bool = False, valid=None, resume: bool = False,
              metavar: str | None = None):
     """A :class:`TrainConfig` field: its default, and in its metadata what the command line
@@ -298,13 +308,23 @@ class TrainConfig:
         if self.time_budget is not None and not self.time_budget > 0:
             raise ValueError(f"time_budget must be a positive number of seconds, got "
                              f"{self.time_budget!r}")
+        for f in fields(self):  # every other setting against its metadata's valid values
+            value, valid = getattr(self, f.name), f.metadata.get("valid")
+            if value is None or valid is None:
+                continue
+            if isinstance(valid, tuple) and value not in valid:
+                raise ValueError(f"{f.name} must be one of {valid}, got {value!r}")
+            if isinstance(valid, str) and not in_interval(value, valid):
+                raise ValueError(f"{f.name} must be in {valid}, got {value!r}")
 
     @classmethod
     def cpu(cls, **overrides) -> TrainConfig:
         """Not in the paper: the CPU reader's recipe for ``TransformerConfig.cpu()``, 20 minutes
-        on 2 cores: batches of 1,500 padded tokens, 200 warm-up steps towards 0.45 times Eq. (3),
-        then a linear decay to 0 at the end of a 1,150 s time budget (which ends the run before
-        ``epochs``), bf16 autocast where the CPU has bf16 instructions. Chapter 8 tabulates the
+        on 2 cores: batches of at most 1,500 padded tokens, 200 warm-up steps towards 0.45 times
+        Eq. (3), the ``linear`` schedule with a 1,150 s time budget (which ends the run before
+        ``epochs``): the rate's factor (1 - progress) falls from 1 where the budget is planned
+        (:class:`~transformer_book.schedule.TimePlan`) to 0 at the last step; bf16 autocast
+        where the CPU has bf16 instructions. Chapter 8 tabulates the
         runs that chose it (``benchmarks/README.md``)."""
         return cls(**{"max_tokens": 1500, "warmup_steps": 200, "lr_factor": 0.45,
                       "schedule": "linear", "time_budget": 1150.0, "epochs": 30,

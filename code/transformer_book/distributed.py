@@ -124,8 +124,9 @@ def current() -> Context:
 
 
 def device_for(ctx: Context, requested: str | None) -> str:
-    """The device of this rank: with several processes, CUDA becomes ``cuda:LOCAL_RANK`` (NCCL
-    needs one GPU per process); anything else is kept (e.g. ``cpu``)."""
+    """The device of this rank: with several processes, a CUDA device (or the default, on a
+    CUDA machine) becomes ``cuda:LOCAL_RANK`` (NCCL needs one GPU per process); anything else
+    is kept (e.g. ``cpu``)."""
     choice = device_name(requested)
     if ctx.enabled and torch.device(choice).type == "cuda":
         return f"cuda:{ctx.local_rank}"

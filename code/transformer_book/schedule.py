@@ -100,14 +100,16 @@ def make_optimizer(
     return optimizer, scheduler
 
 
-#: A time budget is planned once the pace has settled: at the first step of a ``fit`` call (after
-#: at least ``PLAN_AT`` steps and ``PLAN_SHARE`` of the budget) at which the steps of the last
-#: ``PLAN_SHARE / 2`` of the budget ran at least ``SETTLED`` times as fast (seconds a step) as
-#: the ones of the half-window before them, or at ``PLAN_LATEST`` of the budget at the latest. The
-#: first steps pay for allocations and thread start-up, and on a GPU for each batch shape met for
-#: the first time: there they can take many times the later pace for the first 20-odd seconds
-#: (benchmarks/README.md).
-PLAN_AT, PLAN_SHARE, SETTLED, PLAN_LATEST = 20, 0.1, 0.8, 0.5
+#: A time budget becomes a number of steps once the pace has settled. The first steps pay for
+#: allocations and thread start-up, and on a GPU for each batch shape met for the first time (on
+#: an H200, many times the later pace for about 20 s: benchmarks/results/h200-2026-11-27/). The
+#: pace is watched over two half-windows of ``PLAN_SHARE / 2`` of the budget each (at least
+#: ``MIN_HALF`` seconds). The plan is made at the first step, after at least ``PLAN_AT`` steps
+#: and both half-windows, at which a step of the last half-window took at least ``SETTLED`` times
+#: as long as one of the half-window before (the steps no longer speed up by more than a
+#: quarter); at the latest, once ``PLAN_LATEST`` of the budget is spent or less than a window of
+#: it is left. The pace planned with is that of the last half-window.
+PLAN_AT, PLAN_SHARE, MIN_HALF, SETTLED, PLAN_LATEST = 20, 0.1, 10.0, 0.8, 0.5
 
 
 def steps_within(budget: float, step: int, elapsed: float, pace: float) -> int:
@@ -117,19 +119,34 @@ def steps_within(budget: float, step: int, elapsed: float, pace: float) -> int:
 
 
 class TimePlan:
-    """*Time budget*: the budget turned into a number of steps, once the pace has settled (see
-    ``PLAN_SHARE``), at the pace of the slowest rank. A budget spent before then (a run of a few
-    steps) ends the run where it is. ``steps`` is None until planned (the linear schedule's
-    progress is 0 until then); a checkpoint keeps ``steps`` and ``pace``, and a resumed run with
-    another budget replans from that pace at once."""
+    """*Time budget*: the budget turned into a number of steps (``steps``), once, when the pace
+    has settled (see ``PLAN_SHARE``), at the pace of the slowest rank; ``at`` is the step the
+    plan was made at. A budget spent before then (a run of a few steps) ends the run where it
+    is. The linear schedule's progress (:meth:`progress`) is 0 until the plan, then runs from 0
+    at step ``at`` to 1 at the last step, so the rate does not jump when the plan is made.
 
-    def __init__(self, budget: float | None, steps: int | None = None, pace: float | None = None):
-        self.budget, self.steps, self.pace = budget, steps, pace
-        self.steps_seen: list[int] = []  # the steps of this fit call until planned,
+    A checkpoint keeps ``steps``, ``pace`` and ``at``: a resumed run keeps the plan (the same
+    rates at the same steps, even on another machine, whose budget in seconds is then not kept),
+    and one resumed with another budget replans at once from the stored pace. The pace is per
+    step: a run resumed with other batches per step (processes x ``accumulate``) keeps the
+    plan's steps, not its seconds. Steps watched before a checkpoint are not stored: a run
+    resumed before its plan watches its pace again."""
+
+    def __init__(self, budget: float | None, steps: int | None = None, pace: float | None = None,
+                 at: int = 0):
+        self.budget, self.steps, self.pace, self.at = budget, steps, pace, at
+        self.steps_seen: list[int] = []  # the steps done while waiting for the plan,
         self.times: list[float] = []  # and the seconds of training after each
 
     def waiting(self) -> bool:
         return self.budget is not None and self.steps is None
+
+    def progress(self, done: int, total_steps) -> float:
+        """The linear schedule's progress after ``done`` of ``total_steps()`` steps (see the
+        class; not counted while waiting: with no plan yet, a run's steps may be unbounded)."""
+        if self.waiting():
+            return 0.0
+        return min(1.0, max(0.0, (done - self.at) / max(1, total_steps() - self.at)))
 
     def _pace(self, since: float, until: float) -> float | None:
         """Seconds a step between the first step done at ``since`` or later and the last one
@@ -141,38 +158,43 @@ class TimePlan:
         steps = self.steps_seen[last] - self.steps_seen[first]
         return (self.times[last] - self.times[first]) / steps
 
-    def update(self, step: int, steps_this_call: int, seconds: float, dist) -> None:
-        """After ``step`` (the ``steps_this_call``-th of a ``fit`` call), ``seconds`` of
-        training; ``dist``: the :class:`~transformer_book.distributed.Context`."""
+    def update(self, step: int, seconds: float, dist) -> None:
+        """After ``step``, ``seconds`` of training (the run's, a resumed run's earlier seconds
+        included); ``dist``: the :class:`~transformer_book.distributed.Context`."""
         if not self.waiting():
             return
         (now,) = dist.max(seconds)  # alike on every rank
         self.steps_seen.append(step)
         self.times.append(now)
-        start, half = self.times[0], PLAN_SHARE * self.budget / 2
+        half = max(PLAN_SHARE * self.budget / 2, MIN_HALF)
+        late = now >= PLAN_LATEST * self.budget or self.budget - now < 2 * half
         if now >= self.budget:
-            self.steps = step
-        elif steps_this_call >= PLAN_AT and now - start >= 2 * half:
+            self.pace = None
+        elif len(self.times) < PLAN_AT or not (late or now - self.times[0] >= 2 * half):
+            return
+        else:
             recent, before = self._pace(now - half, now), self._pace(now - 2 * half, now - half)
-            late = now - start >= PLAN_LATEST * self.budget
             if recent and (late or (before and recent >= SETTLED * before)):
                 self.pace = recent
-            elif late:  # steps longer than the half-window: the pace of all of them
-                self.pace = (now - start) / (step - self.steps_seen[0])
+            elif late:  # (steps longer than a half-window: the pace of all those watched)
+                self.pace = self._pace(self.times[0], now)
             else:
                 return
-            self.steps = steps_within(self.budget, step, now, self.pace)
-            self.steps_seen, self.times = [], []
+        self.steps = step if self.pace is None else steps_within(self.budget, step, now, self.pace)
+        self.at, self.steps_seen, self.times = step, [], []
 
     def state(self) -> dict:
-        return {"budget": self.budget, "steps": self.steps, "pace": self.pace}
+        return {"budget": self.budget, "steps": self.steps, "pace": self.pace, "at": self.at}
 
     @classmethod
     def resumed(cls, budget: float | None, state: dict | None, step: int, seconds: float):
-        """The plan of a run resumed at ``step`` after ``seconds``, with ``budget`` now."""
+        """The plan of a run resumed at ``step`` after ``seconds``, with ``budget`` now
+        (a checkpoint written before ``at`` was stored: 0)."""
         state = state or {}
+        at = state.get("at", 0)
         if budget == state.get("budget"):
-            return cls(budget, state.get("steps"), state.get("pace"))
+            return cls(budget, state.get("steps"), state.get("pace"), at)
         if budget is not None and state.get("pace"):  # another budget: replan at the same pace
-            return cls(budget, steps_within(budget, step, seconds, state["pace"]), state["pace"])
+            return cls(budget, steps_within(budget, step, seconds, state["pace"]), state["pace"],
+                       at)
         return cls(budget)

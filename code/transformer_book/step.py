@@ -20,10 +20,12 @@ class TrainStep:
     """One optimiser step of Sec. 5: forward, label-smoothed loss (Sec. 5.4), backward,
     (clipping,) Adam, schedule (Sec. 5.3).
 
-    ``step(batch)`` is chapter 8's plain step when no speed feature is on; :meth:`accumulate`
-    the general one (several batches, fp16 loss scaling, torch.compile, CUDA graphs, DDP). Both
-    return the loss detached on the device, for the caller to read every few steps (a read makes
-    the host wait for the GPU).
+    Called on one batch (:meth:`__call__`) with no speed feature on, it is chapter 8's plain
+    step. :meth:`accumulate` is the general step (several batches, fp16 loss scaling,
+    torch.compile, CUDA graphs, DDP); on one batch without those it computes exactly what the
+    plain step computes (tests/test_step.py keeps the two paths alike). Both return the loss
+    detached on the device, for the caller to read every few steps (a read makes the host wait
+    for the GPU).
 
     Args:
         model: maps ``(src, tgt_in)`` to logits (B, T, V).
@@ -78,11 +80,21 @@ class TrainStep:
         return label_smoothing_loss(logits, tgt_out, self.label_smoothing, self.pad_id)
 
     def accumulate(self, parts: Sequence[tuple], world_size: int = 1) -> Tensor:
-        """One optimiser step on ``(batch, share)`` pairs, the gradient that of
-        sum(share * loss(batch)) (shares: :func:`~transformer_book.distributed.token_shares`):
-        gradient accumulation, and this process's part of a step of ``world_size`` processes.
-        Returns sum(share * loss) / world_size, detached (summed over the processes: the step's
-        mean loss per target token)."""
+        """One optimiser step on several batches: gradient accumulation, and this process's
+        share of a multi-process step.
+
+        Args:
+            parts: ``(batch, share)`` pairs; the gradient is that of sum(share * loss(batch)).
+                With shares from :func:`~transformer_book.distributed.token_shares` that is
+                the mean loss per target token over all the step's batches (on all ranks).
+            world_size: processes taking part; with ``self.model`` a
+                ``DistributedDataParallel``, its gradients are averaged over them at the
+                backward pass of the last part (the others run under ``no_sync``).
+
+        Returns:
+            sum(share * loss) / world_size, detached: this process's part of the step's loss
+            (summed over processes, the step's mean loss per target token).
+        """
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         total = None

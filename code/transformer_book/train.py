@@ -119,19 +119,33 @@ class Clock:
 
 
 @functools.lru_cache(maxsize=4096)  # (counting an epoch's batches shuffles it)
-def epoch_steps(data: BatchedCorpus, epoch: int, per_step: int) -> int:
-    return -(-data.num_batches(epoch) // per_step)  # steps at per_step batches a step
+def epoch_batches(data: BatchedCorpus, epoch: int) -> int:
+    return data.num_batches(epoch)
 
 
-def steps_in(data: BatchedCorpus, epochs: int, per_step: int, bound: int | None = None) -> int:
-    """Optimiser steps in ``epochs`` epochs of ``data``, or ``bound`` if fewer (then the epochs
-    past it are not counted)."""
+def steps_in(data: BatchedCorpus, epochs: range, per_step: int, bound: int | None = None) -> int:
+    """Optimiser steps of ``per_step`` batches in the ``epochs`` of ``data``, or ``bound`` if
+    fewer (then the epochs past it are not counted)."""
     total = 0
-    for epoch in range(epochs):
-        total += epoch_steps(data, epoch, per_step)
+    for epoch in epochs:
+        total += -(-epoch_batches(data, epoch) // per_step)
         if bound is not None and total >= bound:
             return bound
     return total
+
+
+def run_steps(data: BatchedCorpus, epochs: int, position: tuple[int, int, int], per_step: int,
+              cap: int | None) -> int:
+    """The optimiser steps of a run of ``epochs`` epochs of ``data`` that stands at ``position``
+    (steps done, epoch, its batches done), at ``per_step`` batches a step from there on (a
+    resumed run may have other processes or another ``accumulate``), at most ``cap``."""
+    step, epoch, batch = position
+    total = step
+    if epoch < epochs:
+        total += -(-(epoch_batches(data, epoch) - batch) // per_step)  # (the epoch's rest)
+        room = None if cap is None else max(0, cap - total)
+        total += steps_in(data, range(epoch + 1, epochs), per_step, room)
+    return total if cap is None else min(total, cap)
 
 
 def step_parts(model: nn.Module, device: torch.device, cfg: TrainConfig, d_model: int,
@@ -156,9 +170,7 @@ def step_parts(model: nn.Module, device: torch.device, cfg: TrainConfig, d_model
 
 class Trainer:
     """The training loop of Sec. 5, and everything a run holds: the model (and its DDP replica),
-    Adam and its schedule, the step, the run's position and history.
-
-    ``model`` maps ``(src (B, S), tgt_in (B, T))`` to logits (B, T, V); ``train_data`` and
+    Adam and its schedule, the step, the run's position and history. ``model`` maps ``(src (B, S), tgt_in (B, T))`` to logits (B, T, V); ``train_data`` and
     ``val_data`` (or None) are :class:`~transformer_book.batching.BatchedCorpus`; ``d_model``
     (for Eq. (3)) defaults to ``model_config.d_model``; ``model_config`` and ``extra`` (plain
     data, e.g. the tokenizer) go into checkpoints. ``distributed``: this process's place in a
@@ -186,7 +198,7 @@ class Trainer:
         cuda = self.device.type == "cuda"  # the speed settings left at None switch on there
         self.optimizer, self.scheduler, self.scaler, self.replica, self.train_step = step_parts(
             self.model, self.device, cfg, self.d_model, self.pad_id, self.dist,
-            progress=lambda done: 0.0 if self.plan.waiting() else min(1.0, done / self.total_steps()))
+            progress=lambda done: self.plan.progress(done, self.total_steps))
         self.amp_dtype = self.train_step.amp_dtype
         self.sync_every = cfg.sync_every or (50 if cuda else 1)  # losses read every n steps
         self.prefetch = cuda if cfg.prefetch is None else cfg.prefetch
@@ -195,17 +207,16 @@ class Trainer:
         torch.manual_seed(rank_seed(cfg.seed, self.dist.rank))  # each rank its own dropout
 
     def fit(self) -> History:
-        """Train until the run is done (:meth:`done`) or a stop is requested; resumes where the
-        trainer stands. Writes ``last.pt`` every ``checkpoint_every`` steps, at each epoch end
-        and when it stops."""
+        """Train from where the trainer stands until :meth:`done` or a stop request; writes
+        ``last.pt`` every ``checkpoint_every`` steps, at each epoch end and at the stop."""
         from tqdm import tqdm  # the plain bar: works in terminals and notebooks alike
 
-        cfg, first = self.config, self.step
+        cfg = self.config
         self.clock.start()
         self.log.drop_unread()  # (those of an interrupted call)
         try:
             while not (self.done() or self.stop_requested):
-                # one epoch: the steps left in it, each this rank's batches and their loss shares
+                # one epoch: the steps left, this rank's batches (host, device) and loss shares
                 targets = self.train_data.target_tokens(self.epoch)
                 steps = plan_steps(targets, self.batch_in_epoch, cfg.accumulate, self.dist)
                 mine = [p for s in steps for p in s.positions]
@@ -214,45 +225,50 @@ class Trainer:
                 bar = tqdm(total=len(targets), initial=self.batch_in_epoch,
                            disable=not (cfg.progress and self.dist.is_main),
                            desc=f"epoch {self.epoch + 1}/{cfg.epochs}")
-                tokens, started, losses = 0, time.perf_counter(), []
-                for planned in steps:
-                    parts = [(next(batches)[1], share) for share in planned.shares]
-                    lr = self.scheduler.get_last_lr()[0]  # the rate this step uses
-                    loss = self.train_step.accumulate(parts, self.dist.world_size)
-                    self.step += 1
-                    self.batch_in_epoch += len(planned.group)
-                    tokens += planned.tokens
-                    self.log.step(self.step, loss, lr)
-                    bar.update(len(planned.group))
-                    epoch_over = self.batch_in_epoch == len(targets)
-                    if epoch_over:  # move on before saving, so a resume starts the next epoch
-                        self.epoch, self.batch_in_epoch = self.epoch + 1, 0
-                        if cfg.average_last > 1:  # Sec. 6.1
-                            self.snapshots.add(self.epoch, self.model)
-                    self.after_step()
-                    self.plan.update(self.step, self.step - first, self.clock.read(), self.dist)
-                    finished = self.done()
-                    stop = self.agreed_stop() or finished
-                    validate = self.val_data is not None and (finished or (
-                        self.step % cfg.eval_every == 0 if cfg.eval_every else epoch_over))
-                    save = bool(cfg.checkpoint_dir) and (  # decided alike on every rank
-                        self.step % cfg.checkpoint_every == 0 or epoch_over or stop)
-                    if self.log.unread >= self.sync_every or epoch_over or validate or save or stop:
-                        losses += self.log.read_losses()  # (processes: a sum over the ranks)
-                        bar.set_postfix(loss=f"{losses[-1]:.3f}", step=self.step)
-                    if validate or save:
-                        with self.clock.paused():  # a time budget counts training steps alone
-                            if validate:
-                                self.log.validation(self.step, self.epoch, self.evaluate())
-                            if save:
-                                self.save_checkpoint(Path(cfg.checkpoint_dir) / "last.pt")
-                    if stop:
-                        break
-                batches.close()
-                bar.close()
-                if tokens:  # throughput; with log_epochs a line on rank 0 (how far it got)
-                    passes = self.epoch + self.batch_in_epoch / len(targets)
-                    self.log.epoch_end(self.step, passes, tokens / (time.perf_counter() - started),
+                tokens, started, losses = 0, self.clock.read(), []
+                try:
+                    for planned in steps:
+                        parts = [(next(batches)[1], share) for share in planned.shares]
+                        lr = self.scheduler.get_last_lr()[0]  # (LambdaLR set it after the last step)
+                        # parts weighted by token_shares, over world_size here, summed over the
+                        # ranks when read: the step's mean loss per target token
+                        loss = self.train_step.accumulate(parts, self.dist.world_size)
+                        self.step += 1
+                        self.batch_in_epoch += len(planned.group)
+                        tokens += planned.tokens
+                        self.log.step(self.step, loss, lr)
+                        bar.update(len(planned.group))
+                        epoch_over = self.batch_in_epoch == len(targets)
+                        if epoch_over:  # move on before saving: a resume starts the next epoch
+                            self.epoch, self.batch_in_epoch = self.epoch + 1, 0
+                            if cfg.average_last > 1:  # Sec. 6.1
+                                keep_epoch_weights(self)
+                        self.after_step()
+                        self.plan.update(self.step, self.clock.read(), self.dist)
+                        finished = self.done()
+                        stop = self.agreed_stop() or finished
+                        validate = self.val_data is not None and (finished or (
+                            self.step % cfg.eval_every == 0 if cfg.eval_every else epoch_over))
+                        save = bool(cfg.checkpoint_dir) and (  # decided alike on every rank
+                            self.step % cfg.checkpoint_every == 0 or epoch_over or stop)
+                        if (self.log.unread >= self.sync_every or epoch_over or validate or save
+                                or stop):
+                            losses += self.log.read_losses()  # (processes: summed over ranks)
+                            bar.set_postfix(loss=f"{losses[-1]:.3f}", step=self.step)
+                        if validate or save:
+                            with self.clock.paused():  # a time budget counts training steps alone
+                                if validate:
+                                    self.log.validation(self.step, self.epoch, self.evaluate())
+                                if save:
+                                    self.save_checkpoint(Path(cfg.checkpoint_dir) / "last.pt")
+                        if stop:
+                            break
+                finally:  # (also after a non-finite loss or a second Ctrl-C)
+                    batches.close()
+                    bar.close()
+                if tokens:  # throughput of the steps (the clock); with log_epochs a line
+                    self.log.epoch_end(self.step, self.epoch + self.batch_in_epoch / len(targets),
+                                       tokens / (self.clock.read() - started),
                                        losses, self.clock.read(), cfg.epochs,
                                        cfg.log_epochs and self.dist.is_main)
         finally:
@@ -260,12 +276,11 @@ class Trainer:
         return self.history
 
     def total_steps(self, bound: int | None = None) -> int:
-        """The steps the run takes: ``epochs`` epochs, capped at ``max_steps`` and at the time
-        budget's plan once made (the linear schedule decays to 0 there), and at ``bound``."""
+        """The run's steps (:func:`run_steps`), capped at ``max_steps``, the plan and ``bound``."""
         cfg = self.config
         caps = [c for c in (cfg.max_steps, self.plan.steps, bound) if c is not None]
-        return steps_in(self.train_data, cfg.epochs, self.dist.world_size * cfg.accumulate,
-                        min(caps, default=None))
+        return run_steps(self.train_data, cfg.epochs, (self.step, self.epoch, self.batch_in_epoch),
+                         self.dist.world_size * cfg.accumulate, min(caps, default=None))
 
     def done(self) -> bool:  # (epochs past the next step are not counted)
         return self.epoch >= self.config.epochs or self.step >= self.total_steps(self.step + 1)
@@ -324,19 +339,33 @@ def training_state(t: Trainer) -> dict:
             "world_size": t.dist.world_size}  # processes that wrote it (may differ later)
 
 
+def agreed(dist: Context, action, what: str) -> None:
+    """Run ``action`` (on every rank; it writes on rank 0 only). *Processes*: if it failed on rank
+    0 (an OSError), every rank raises, rather than wait for rank 0 at the next collective."""
+    error = None
+    try:
+        action()
+    except OSError as e:
+        error = e
+    if dist.enabled and dist.max(float(error is not None))[0] and error is None:
+        raise RuntimeError(f"rank 0 could not {what}: see its error")
+    if error is not None:
+        raise error
+
+
+def keep_epoch_weights(t: Trainer) -> None:
+    """Sec. 6.1: keep the weights at the end of an epoch, for averaging (rank 0 writes them to
+    the checkpoint folder); the clock stopped, since this is no training step."""
+    with t.clock.paused():
+        agreed(t.dist, lambda: t.snapshots.add(t.epoch, t.model),
+               f"save the weights of epoch {t.epoch}")
+
+
 def write_training_state(t: Trainer, path: str | os.PathLike) -> None:
     """Rank 0 writes :func:`training_state` atomically to ``path`` (the replicas are identical).
     *Processes*: every rank calls it, and every rank raises if the write failed."""
-    error = None
-    if t.dist.is_main:
-        try:
-            atomic_torch_save(training_state(t), path)
-        except OSError as e:
-            error = e
-    if t.dist.enabled and t.dist.max(float(error is not None))[0] and error is None:
-        raise RuntimeError(f"rank 0 could not write the checkpoint {path}: see its error")
-    if error is not None:
-        raise error
+    agreed(t.dist, lambda: atomic_torch_save(training_state(t), path) if t.dist.is_main else None,
+           f"write the checkpoint {path}")
 
 
 def restore_training_state(t: Trainer, state: dict, path) -> None:

@@ -10,6 +10,8 @@ import sys
 import typing
 from pathlib import Path
 
+from transformer_book.config import in_interval
+
 PROG = "python -m transformer_book"
 DEBUG_ENV = "TRANSFORMER_BOOK_DEBUG"
 
@@ -45,7 +47,7 @@ class Parser(argparse.ArgumentParser):
 def number_in(interval: str, kind: type = float):
     """An argparse type: a number of type ``kind`` in ``interval``, written as in mathematics:
     ``"[1, inf)"`` (a positive integer), ``"(0, inf)"``, ``"[0, 1)"``."""
-    low_open, high_open = interval[0] == "(", interval[-1] == ")"
+    low_open = interval[0] == "("
     low, high = (float(x) for x in interval[1:-1].split(","))
 
     def parse(text: str):
@@ -54,8 +56,7 @@ def number_in(interval: str, kind: type = float):
         except ValueError:
             what = "an integer" if kind is int else "a number"
             raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
-        if (math.isfinite(value) and (value > low if low_open else value >= low)
-                and (value < high if high_open else value <= high)):
+        if in_interval(value, interval):
             return value
         if kind is int and not low_open and high == math.inf:
             what = "a positive integer" if low == 1 else f"an integer >= {low:g}"
