@@ -219,6 +219,13 @@ def test_benchmarks_readme_states_the_settled_plan_runs():
     assert (f"{run['steps']:,} steps planned at {run['time_plan']['pace']:.3f} s a step, which "
             f"took {run['train_seconds']:.1f} s") in readme
     assert f"test 2016 {run['test2016_bleu_beam4']:.2f}" in readme
+    final = json.loads((results / "cpu-2026-11-27" / "time_to_bleu_settled_final.json").read_text())
+    run = final["results"][0]
+    assert run["recipe"] == cpu["results"][0]["recipe"]
+    assert (f"planned at step {run['time_plan']['at']}, {run['steps']:,} steps at "
+            f"{run['time_plan']['pace']:.3f} s a step, which took {run['train_seconds']:.1f} s "
+            f"({round(100 * (run['train_seconds'] / 270 - 1))}% over), test 2016 "
+            f"{run['test2016_bleu_beam4']:.2f}") in readme
     gpu = results / "h200-2026-11-27"
     early = json.loads((gpu / "time_to_bleu_full180_plan_steps5to20.json").read_text())["results"][0]
     settled = json.loads((gpu / "time_to_bleu_full180.json").read_text())["results"][0]
