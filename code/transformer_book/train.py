@@ -13,8 +13,9 @@ acts:
   :meth:`Trainer.load_checkpoint` reads it back, mid-epoch included.
 - *weight averaging* (Sec. 6.1): the weights at the end of the last ``average_last`` epochs.
 - *a time budget* (:class:`TimePlan`): turned once into a number of steps, from the pace of the
-  run's steps once it has settled, and kept in the checkpoint. The learning rate is a function of the step and
-  that plan, never of the clock: a resumed run gets the same rate at the same step.
+  run's steps once it has settled, and kept in the checkpoint. The learning rate is a function
+  of the step and that plan, never of the clock: a resumed run gets the same rate at the same
+  step.
 
 Chapter 8 imports the other names of ``__all__`` from here too (from their own modules).
 """
@@ -170,7 +171,8 @@ def step_parts(model: nn.Module, device: torch.device, cfg: TrainConfig, d_model
 
 class Trainer:
     """The training loop of Sec. 5, and everything a run holds: the model (and its DDP replica),
-    Adam and its schedule, the step, the run's position and history. ``model`` maps ``(src (B, S), tgt_in (B, T))`` to logits (B, T, V); ``train_data`` and
+    Adam and its schedule, the step, the run's position and history. ``model`` maps
+    ``(src (B, S), tgt_in (B, T))`` to logits (B, T, V); ``train_data`` and
     ``val_data`` (or None) are :class:`~transformer_book.batching.BatchedCorpus`; ``d_model``
     (for Eq. (3)) defaults to ``model_config.d_model``; ``model_config`` and ``extra`` (plain
     data, e.g. the tokenizer) go into checkpoints. ``distributed``: this process's place in a
@@ -229,9 +231,8 @@ class Trainer:
                 try:
                     for planned in steps:
                         parts = [(next(batches)[1], share) for share in planned.shares]
-                        lr = self.scheduler.get_last_lr()[0]  # (LambdaLR set it after the last step)
-                        # parts weighted by token_shares, over world_size here, summed over the
-                        # ranks when read: the step's mean loss per target token
+                        lr = self.scheduler.get_last_lr()[0]  # (set by LambdaLR)
+                        # token_shares / world_size, summed over ranks when read: mean per token
                         loss = self.train_step.accumulate(parts, self.dist.world_size)
                         self.step += 1
                         self.batch_in_epoch += len(planned.group)
@@ -256,7 +257,7 @@ class Trainer:
                             losses += self.log.read_losses()  # (processes: summed over ranks)
                             bar.set_postfix(loss=f"{losses[-1]:.3f}", step=self.step)
                         if validate or save:
-                            with self.clock.paused():  # a time budget counts training steps alone
+                            with self.clock.paused():  # budgets count training steps alone
                                 if validate:
                                     self.log.validation(self.step, self.epoch, self.evaluate())
                                 if save:
